@@ -1,0 +1,360 @@
+//! The data path: read, write, truncate/extend, fallocate. Reads copy straight from the
+//! mapped region; writes go straight to it with non-temporal stores (no page cache, no double
+//! copy). Overwrites are in place; new blocks are claimed in the hash table, filled, published
+//! and fenced before the size that exposes them (see docs/GUARANTEES.md).
+//!
+//! Contents past EOF are unspecified on media (a write that did not finish may leave data
+//! there); whenever EOF moves up, the range between the old and the new EOF that the
+//! operation does not write itself is zeroed first, so it always reads as zeros.
+
+use std::io;
+
+use super::{errno, now_ns, Fs, Inner};
+use crate::layout::inode::{self, FileType, Inode, FILE_SIZE_MAX};
+use crate::layout::BLOCK_SIZE;
+use crate::mapping::Claim;
+
+const CACHE_ENTRIES: usize = 8;
+
+/// HashFS's per-handle translation cache: recent (logical -> data block) translations,
+/// direct-mapped by logical block. An entry is checked against the hash table on use (one
+/// load), so truncates and other handles never need to invalidate it.
+#[derive(Clone, Debug)]
+pub struct TranslationCache {
+    entries: [(u32, u64); CACHE_ENTRIES],
+}
+
+impl Default for TranslationCache {
+    fn default() -> Self {
+        TranslationCache { entries: [(u32::MAX, u64::MAX); CACHE_ENTRIES] }
+    }
+}
+
+impl TranslationCache {
+    #[inline]
+    fn get(&self, lblk: u32) -> Option<u64> {
+        let (l, p) = self.entries[lblk as usize % CACHE_ENTRIES];
+        (l == lblk).then_some(p)
+    }
+
+    #[inline]
+    fn put(&mut self, lblk: u32, pblk: u64) {
+        self.entries[lblk as usize % CACHE_ENTRIES] = (lblk, pblk);
+    }
+}
+
+impl Inner {
+    #[inline]
+    fn translate(&self, ino: u32, lblk: u32, cache: &mut TranslationCache) -> Option<u64> {
+        if let Some(p) = cache.get(lblk) {
+            if self.map.still_maps(&self.pm, p, ino, lblk) {
+                return Some(p);
+            }
+        }
+        let p = self.map.lookup(&self.pm, ino, lblk)?;
+        cache.put(lblk, p);
+        Some(p)
+    }
+
+    /// Reads up to `buf.len()` bytes at `off`; holes read as zeros.
+    pub(crate) fn read_data(&self, ino: u32, off: u64, buf: &mut [u8], cache: &mut TranslationCache) -> io::Result<usize> {
+        let _g = self.stripes.read(ino);
+        let i = self.inode(ino)?;
+        check_regular(&i)?;
+        if off >= i.size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (i.size - off).min(buf.len() as u64) as usize;
+        let mut done = 0;
+        while done < n {
+            let pos = off + done as u64;
+            let lblk = (pos / BLOCK_SIZE) as u32;
+            let in_blk = (pos % BLOCK_SIZE) as usize;
+            let len = (BLOCK_SIZE as usize - in_blk).min(n - done);
+            if done + len < n {
+                self.map.prefetch(&self.pm, ino, lblk + 1);
+            }
+            let dst = &mut buf[done..done + len];
+            match self.translate(ino, lblk, cache) {
+                Some(p) => self.pm.read(self.geo.data_off(p) + in_blk as u64, dst),
+                None => dst.fill(0),
+            }
+            done += len;
+        }
+        Ok(n)
+    }
+
+    /// Writes `data` at `off` (at EOF when `append`); returns (bytes written, new size). A
+    /// write that runs out of space stops short and returns what it wrote.
+    pub(crate) fn write_data(&self, ino: u32, off: u64, data: &[u8], append: bool, cache: &mut TranslationCache) -> io::Result<(usize, u64)> {
+        self.check_writable()?;
+        let _g = self.stripes.write(ino);
+        let i = self.inode(ino)?;
+        check_regular(&i)?;
+        let off = if append { i.size } else { off };
+        if data.is_empty() {
+            return Ok((0, i.size));
+        }
+        if off.checked_add(data.len() as u64).is_none_or(|end| end > FILE_SIZE_MAX) {
+            return Err(errno(libc::EFBIG));
+        }
+        if off > i.size {
+            self.zero_range(ino, &i, i.size, off, cache);
+        }
+        let map_end = i.map_end();
+        let mut claims: Vec<(Claim, u32)> = Vec::new();
+        let mut done = 0usize;
+        let mut err = None;
+        while done < data.len() {
+            let pos = off + done as u64;
+            let lblk = (pos / BLOCK_SIZE) as u32;
+            let in_blk = (pos % BLOCK_SIZE) as usize;
+            let len = (BLOCK_SIZE as usize - in_blk).min(data.len() - done);
+            let chunk = &data[done..done + len];
+            let mapped = if (lblk as u64) < map_end { self.translate(ino, lblk, cache) } else { None };
+            match mapped {
+                Some(p) => self.pm.write_nt(self.geo.data_off(p) + in_blk as u64, chunk),
+                None => match self.map.reserve(1).and_then(|_| self.claim_one(ino, lblk)) {
+                    Ok(c) => {
+                        self.fill_new_block(c.pblk, in_blk, chunk);
+                        cache.put(lblk, c.pblk);
+                        claims.push((c, lblk));
+                    }
+                    Err(e) => {
+                        err = Some(e);
+                        break;
+                    }
+                },
+            }
+            done += len;
+        }
+        if done == 0 {
+            return Err(err.unwrap_or_else(|| errno(libc::ENOSPC)));
+        }
+        let new_size = i.size.max(off + done as u64);
+        self.publish_and_stamp(ino, &i, &claims, new_size);
+        Ok((done, new_size))
+    }
+
+    fn claim_one(&self, ino: u32, lblk: u32) -> io::Result<Claim> {
+        self.map.claim(&self.pm, ino, lblk).inspect_err(|_| self.map.unreserve(1))
+    }
+
+    /// Fills a newly claimed block: `chunk` at `in_blk`, zeros around it.
+    fn fill_new_block(&self, pblk: u64, in_blk: usize, chunk: &[u8]) {
+        let base = self.geo.data_off(pblk);
+        if in_blk > 0 {
+            self.pm.zero_nt(base, in_blk);
+        }
+        self.pm.write_nt(base + in_blk as u64, chunk);
+        let tail = in_blk + chunk.len();
+        if tail < BLOCK_SIZE as usize {
+            self.pm.zero_nt(base + tail as u64, BLOCK_SIZE as usize - tail);
+        }
+    }
+
+    /// Publishes new blocks and records size, block count and times. Overwrites in place need
+    /// one fence (data and times together); a write that maps blocks or grows the file fences
+    /// the data and mappings first, then the size that exposes them.
+    fn publish_and_stamp(&self, ino: u32, i: &Inode, claims: &[(Claim, u32)], new_size: u64) {
+        let base = self.geo.inode_off(ino as u64);
+        let now = now_ns() as u64;
+        if claims.is_empty() && new_size == i.size {
+            self.pm.store_u64(base + inode::O_MTIME as u64, now);
+            self.pm.store_u64(base + inode::O_CTIME as u64, now);
+            self.pm.persist(base, 64);
+            self.pm.fence();
+            return;
+        }
+        for &(c, lblk) in claims {
+            self.map.publish(&self.pm, c, ino, lblk);
+        }
+        self.pm.fence();
+        // Size first: stores to one line persist in order, and a block count ahead of its
+        // size would be the one inconsistency recovery cannot explain.
+        self.pm.store_u64(base + inode::O_SIZE as u64, new_size);
+        self.pm.store_u64(base + inode::O_BLOCKS as u64, i.blocks + claims.len() as u64);
+        self.pm.store_u64(base + inode::O_MTIME as u64, now);
+        self.pm.store_u64(base + inode::O_CTIME as u64, now);
+        self.pm.persist(base, 64);
+        self.pm.fence();
+    }
+
+    /// Zeroes whatever is mapped in [from, to) (not fenced: the caller fences before moving
+    /// EOF over it).
+    fn zero_range(&self, ino: u32, i: &Inode, from: u64, to: u64, cache: &mut TranslationCache) {
+        let map_end = i.map_end();
+        let mut pos = from;
+        while pos < to {
+            let lblk = pos / BLOCK_SIZE;
+            if lblk >= map_end {
+                break;
+            }
+            let in_blk = pos % BLOCK_SIZE;
+            let len = (BLOCK_SIZE - in_blk).min(to - pos);
+            if let Some(p) = self.translate(ino, lblk as u32, cache) {
+                self.pm.zero_nt(self.geo.data_off(p) + in_blk, len as usize);
+            }
+            pos += len;
+        }
+    }
+
+    /// Truncates or extends inode `ino` (stripe lock held); updates `i` to match.
+    pub(crate) fn set_size(&self, ino: u32, i: &mut Inode, size: u64) -> io::Result<()> {
+        check_regular(i)?;
+        if size > FILE_SIZE_MAX {
+            return Err(errno(libc::EFBIG));
+        }
+        let now = now_ns();
+        if size > i.size {
+            self.zero_range(ino, i, i.size, size, &mut TranslationCache::default());
+            self.pm.fence();
+            let base = self.geo.inode_off(ino as u64);
+            self.pm.store_u64(base + inode::O_SIZE as u64, size);
+            self.pm.store_u64(base + inode::O_MTIME as u64, now as u64);
+            self.pm.store_u64(base + inode::O_CTIME as u64, now as u64);
+            self.pm.persist(base, 64);
+            self.pm.fence();
+        } else if size < i.size || i.falloc_end > 0 {
+            let old_end = i.map_end();
+            i.size = size;
+            i.falloc_end = 0;
+            i.mtime_ns = now;
+            i.ctime_ns = now;
+            let mut tx = self.tx();
+            self.write_inode(&mut tx, ino, i);
+            tx.commit();
+            // The new size is durable; blocks past it are now strays that recovery would free
+            // too, so freeing them needs no transaction.
+            let freed = self.unmap_from(ino, size.div_ceil(BLOCK_SIZE), old_end);
+            self.pm.fence();
+            if freed > 0 {
+                i.blocks -= freed;
+                let base = self.geo.inode_off(ino as u64);
+                self.pm.store_u64(base + inode::O_BLOCKS as u64, i.blocks);
+                self.pm.persist(base + inode::O_BLOCKS as u64, 8);
+                self.pm.fence();
+                self.map.freed(freed);
+            }
+            return Ok(());
+        }
+        i.size = size;
+        i.mtime_ns = now;
+        i.ctime_ns = now;
+        Ok(())
+    }
+
+    /// fallocate: mode 0 (allocate, extend size), KEEP_SIZE, and PUNCH_HOLE|KEEP_SIZE.
+    pub(crate) fn fallocate(&self, ino: u32, mode: i32, off: u64, len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        if len == 0 {
+            return Err(errno(libc::EINVAL));
+        }
+        let end = off.checked_add(len).filter(|&e| e <= FILE_SIZE_MAX).ok_or_else(|| errno(libc::EFBIG))?;
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 || (punch && !keep) {
+            return Err(errno(libc::EOPNOTSUPP));
+        }
+        let _g = self.stripes.write(ino);
+        let mut i = self.inode(ino)?;
+        check_regular(&i)?;
+        if punch {
+            return self.punch_hole(ino, &mut i, off, end);
+        }
+        let mut cache = TranslationCache::default();
+        let (first, last) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+        let map_end = i.map_end();
+        let missing: Vec<u32> =
+            (first..last).filter(|&l| l >= map_end || self.translate(ino, l as u32, &mut cache).is_none()).map(|l| l as u32).collect();
+        self.map.reserve(missing.len() as u64)?;
+        let mut claims = Vec::with_capacity(missing.len());
+        for (n, &lblk) in missing.iter().enumerate() {
+            match self.map.claim(&self.pm, ino, lblk) {
+                Ok(c) => {
+                    self.pm.zero_nt(self.geo.data_off(c.pblk), BLOCK_SIZE as usize);
+                    claims.push((c, lblk));
+                }
+                Err(e) => {
+                    self.map.unreserve((missing.len() - n) as u64);
+                    for (c, _) in claims {
+                        self.map.abandon(&self.pm, c);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        if !keep && end > i.size {
+            self.zero_range(ino, &i, i.size, end, &mut cache);
+        }
+        for &(c, lblk) in &claims {
+            self.map.publish(&self.pm, c, ino, lblk);
+        }
+        self.pm.fence();
+        let now = now_ns();
+        if !keep && end > i.size {
+            i.size = end;
+            i.mtime_ns = now;
+        }
+        if keep && last > i.map_end() {
+            i.falloc_end = last;
+        }
+        i.blocks += claims.len() as u64;
+        i.ctime_ns = now;
+        let mut tx = self.tx();
+        self.write_inode(&mut tx, ino, &i);
+        tx.commit();
+        Ok(())
+    }
+
+    fn punch_hole(&self, ino: u32, i: &mut Inode, off: u64, end: u64) -> io::Result<()> {
+        let end = end.min(i.map_end() * BLOCK_SIZE);
+        if off >= end {
+            return Ok(());
+        }
+        let (full_first, full_last) = (off.div_ceil(BLOCK_SIZE), end / BLOCK_SIZE);
+        let mut cache = TranslationCache::default();
+        // Partial blocks at the edges are zeroed; whole blocks are unmapped.
+        if full_first > full_last {
+            self.zero_range(ino, i, off, end, &mut cache);
+        } else {
+            self.zero_range(ino, i, off, full_first * BLOCK_SIZE, &mut cache);
+            self.zero_range(ino, i, full_last * BLOCK_SIZE, end, &mut cache);
+        }
+        let freed = if full_first < full_last { self.unmap_from(ino, full_first, full_last) } else { 0 };
+        self.pm.fence();
+        i.blocks -= freed;
+        i.ctime_ns = now_ns();
+        i.mtime_ns = i.ctime_ns;
+        let mut tx = self.tx();
+        self.write_inode(&mut tx, ino, i);
+        tx.commit();
+        self.map.freed(freed);
+        Ok(())
+    }
+}
+
+fn check_regular(i: &Inode) -> io::Result<()> {
+    match i.file_type() {
+        Some(FileType::File) => Ok(()),
+        Some(FileType::Dir) => Err(errno(libc::EISDIR)),
+        _ => Err(errno(libc::EINVAL)),
+    }
+}
+
+impl Fs {
+    /// Reads file `ino` at `off` (inode-level API).
+    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read_data(super::ops::to_ino(ino)?, off, buf, &mut TranslationCache::default())
+    }
+
+    /// Writes file `ino` at `off` (inode-level API); returns bytes written.
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> io::Result<usize> {
+        Ok(self.inner.write_data(super::ops::to_ino(ino)?, off, data, false, &mut TranslationCache::default())?.0)
+    }
+
+    /// fallocate(2) modes 0, FALLOC_FL_KEEP_SIZE and FALLOC_FL_PUNCH_HOLE|KEEP_SIZE.
+    pub fn fallocate(&self, ino: u64, mode: i32, off: u64, len: u64) -> io::Result<()> {
+        self.inner.fallocate(super::ops::to_ino(ino)?, mode, off, len)
+    }
+}

@@ -1,0 +1,365 @@
+//! Directories: entries live on media in 64-byte units (layout/dentry.rs); lookups go through
+//! a hash index in DRAM built from those units the first time a directory is used (as NOVA
+//! rebuilds its DRAM indexes). Lookup, insert and remove are O(1) expected at any size; the
+//! index costs about 10 bytes per entry. Entries never move, so the unit number of an entry is
+//! a stable readdir cookie.
+
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use parking_lot::{Mutex, RwLock};
+
+use crate::layout::dentry::{self, Header, UNITS_MAX, UNITS_PER_BLOCK, UNIT_SIZE};
+use crate::layout::inode::Inode;
+use crate::layout::superblock::Geometry;
+use crate::layout::{corrupted, Corrupted};
+use crate::mapping::FileMap;
+use crate::media::Pm;
+
+/// The hash of a name in the DRAM index: a folded-multiply hash with a per-mount seed, so the
+/// index cannot be degraded by names chosen to collide.
+pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let fold = |a: u64, b: u64| {
+        let m = (a as u128).wrapping_mul(b as u128);
+        (m as u64) ^ ((m >> 64) as u64)
+    };
+    let mut h = seed ^ (name.len() as u64).wrapping_mul(K);
+    let mut chunks = name.chunks_exact(8);
+    for c in &mut chunks {
+        h = fold(h ^ u64::from_le_bytes(c.try_into().expect("8 bytes")), K);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        h = fold(h ^ u64::from_le_bytes(last), K ^ 0x5555);
+    }
+    fold(h, K)
+}
+
+/// Where a new entry goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InsertPlan {
+    pub unit: u32,
+    pub units: u32,
+    /// The entry starts a new directory block (logical block number).
+    pub new_block: Option<u32>,
+    /// New high-water mark (== old when the entry reuses a free run).
+    pub new_hw: u32,
+    /// Where the units came from.
+    source: Source,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Source {
+    /// Free list `len-1`, with the unit count left over (pushed back as a smaller run).
+    Free { list: usize, leftover: u32 },
+    /// The high-water mark; `gap` units before `unit` were skipped at a block's end.
+    HighWater { gap_start: u32, gap: u32 },
+}
+
+/// The DRAM index of one directory.
+pub struct DirIndex {
+    /// (first unit, upper 32 bits of the name hash) of every entry.
+    table: HashTable<(u32, u32)>,
+    /// Free runs of exactly i+1 units (start units).
+    free: [Vec<u32>; UNITS_MAX as usize],
+    /// High-water mark of units ever used (the inode's dir_units).
+    pub hw: u32,
+    /// Data block of each directory block.
+    pub blocks: Vec<u64>,
+}
+
+/// What a lookup found.
+#[derive(Clone, Copy, Debug)]
+pub struct Found {
+    pub unit: u32,
+    pub header: Header,
+}
+
+#[inline]
+fn h32(h: u64) -> u32 {
+    (h >> 32) as u32
+}
+
+#[inline]
+fn rehash(h: u32) -> u64 {
+    (h as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl DirIndex {
+    /// Builds the index of directory `ino` from its blocks.
+    pub fn load(pm: &Pm, geo: &Geometry, map: &dyn FileMap, ino: u32, inode: &Inode, seed: u64) -> Result<DirIndex, Corrupted> {
+        let nblocks = inode.dir_units.div_ceil(UNITS_PER_BLOCK);
+        let mut idx = DirIndex { table: HashTable::new(), free: Default::default(), hw: inode.dir_units, blocks: Vec::new() };
+        let mut name = Vec::new();
+        for lblk in 0..nblocks {
+            let Some(pblk) = map.lookup(pm, ino, lblk) else {
+                return Err(corrupted(format!("directory {ino}: block {lblk} not mapped"), geo.inode_off(ino as u64)));
+            };
+            idx.blocks.push(pblk);
+            let base = lblk * UNITS_PER_BLOCK;
+            let limit = (inode.dir_units - base).min(UNITS_PER_BLOCK);
+            let mut u = 0;
+            let mut run_start = None;
+            while u < limit {
+                let unit = base + u;
+                let off = idx.unit_off(geo, unit);
+                match Header::decode(pm.load_u64(off), u, off, geo.inode_count)? {
+                    Some(h) => {
+                        if u + h.units as u32 > limit {
+                            return Err(corrupted("directory entry past the high-water mark", off));
+                        }
+                        if let Some(s) = run_start.take() {
+                            idx.push_free_run(s, unit - s);
+                        }
+                        read_name(pm, off, &h, &mut name);
+                        let hh = h32(name_hash(seed, &name));
+                        idx.table.insert_unique(rehash(hh), (unit, hh), |e| rehash(e.1));
+                        u += h.units as u32;
+                    }
+                    None => {
+                        run_start.get_or_insert(unit);
+                        u += 1;
+                    }
+                }
+            }
+            if let Some(s) = run_start {
+                idx.push_free_run(s, base + limit - s);
+            }
+        }
+        Ok(idx)
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Byte offset of unit `unit`.
+    #[inline]
+    pub fn unit_off(&self, geo: &Geometry, unit: u32) -> u64 {
+        geo.data_off(self.blocks[(unit / UNITS_PER_BLOCK) as usize]) + (unit % UNITS_PER_BLOCK) as u64 * UNIT_SIZE
+    }
+
+    /// Finds `name` (hash `h`).
+    pub fn find(&self, pm: &Pm, geo: &Geometry, name: &[u8], h: u64) -> Option<Found> {
+        let hh = h32(h);
+        let mut found = None;
+        self.table.find(rehash(hh), |&(unit, eh)| {
+            if eh != hh {
+                return false;
+            }
+            let off = self.unit_off(geo, unit);
+            let Ok(Some(header)) = Header::decode(pm.load_u64(off), unit % UNITS_PER_BLOCK, off, geo.inode_count) else {
+                return false;
+            };
+            if header.name_len as usize != name.len() || !name_matches(pm, off, &header, name) {
+                return false;
+            }
+            found = Some(Found { unit, header });
+            true
+        });
+        found
+    }
+
+    /// Chooses units for an entry of `units` units without changing the index.
+    pub fn plan_insert(&self, units: u32) -> InsertPlan {
+        for list in (units as usize - 1)..UNITS_MAX as usize {
+            if let Some(&unit) = self.free[list].last() {
+                let leftover = list as u32 + 1 - units;
+                return InsertPlan { unit, units, new_block: None, new_hw: self.hw, source: Source::Free { list, leftover } };
+            }
+        }
+        let in_block = self.hw % UNITS_PER_BLOCK;
+        let (gap_start, gap) = if in_block != 0 && in_block + units > UNITS_PER_BLOCK {
+            (self.hw, UNITS_PER_BLOCK - in_block)
+        } else {
+            (self.hw, 0)
+        };
+        let unit = self.hw + gap;
+        let new_block = (unit % UNITS_PER_BLOCK == 0).then_some(unit / UNITS_PER_BLOCK);
+        InsertPlan { unit, units, new_block, new_hw: unit + units, source: Source::HighWater { gap_start, gap } }
+    }
+
+    /// Records a committed insert.
+    pub fn apply_insert(&mut self, plan: &InsertPlan, h: u64, new_block_pblk: Option<u64>) {
+        match plan.source {
+            Source::Free { list, leftover } => {
+                self.free[list].pop();
+                if leftover > 0 {
+                    self.push_free_run(plan.unit + plan.units, leftover);
+                }
+            }
+            Source::HighWater { gap_start, gap } => {
+                if gap > 0 {
+                    self.push_free_run(gap_start, gap);
+                }
+                self.hw = plan.new_hw;
+            }
+        }
+        if let Some(p) = new_block_pblk {
+            self.blocks.push(p);
+        }
+        let hh = h32(h);
+        self.table.insert_unique(rehash(hh), (plan.unit, hh), |e| rehash(e.1));
+    }
+
+    /// Records a committed removal of the entry at `unit`.
+    pub fn apply_remove(&mut self, unit: u32, units: u32, h: u64) {
+        let hh = h32(h);
+        if let Ok(e) = self.table.find_entry(rehash(hh), |&(u, _)| u == unit) {
+            e.remove();
+        }
+        self.push_free_run(unit, units);
+    }
+
+    /// Records that the entry at `unit` now has a name with hash `h` (rename over an entry).
+    pub fn apply_rehash(&mut self, unit: u32, old_h: u64, new_h: u64) {
+        if let Ok(e) = self.table.find_entry(rehash(h32(old_h)), |&(u, _)| u == unit) {
+            e.remove();
+        }
+        let hh = h32(new_h);
+        self.table.insert_unique(rehash(hh), (unit, hh), |e| rehash(e.1));
+    }
+
+    fn push_free_run(&mut self, mut start: u32, mut len: u32) {
+        while len > 0 {
+            let take = len.min(UNITS_MAX);
+            self.free[take as usize - 1].push(start);
+            start += take;
+            len -= take;
+        }
+    }
+
+    /// Calls `f(unit, header, name)` for every entry at or after `start` in unit order, until
+    /// `f` returns false.
+    pub fn scan(&self, pm: &Pm, geo: &Geometry, start: u32, mut f: impl FnMut(u32, &Header, &[u8]) -> bool) {
+        let mut u = start;
+        let mut name = Vec::new();
+        while u < self.hw {
+            let off = self.unit_off(geo, u);
+            match Header::decode(pm.load_u64(off), u % UNITS_PER_BLOCK, off, geo.inode_count) {
+                Ok(Some(h)) => {
+                    read_name(pm, off, &h, &mut name);
+                    if !f(u, &h, &name) {
+                        return;
+                    }
+                    u += h.units as u32;
+                }
+                // Free, continuation or (already reported by load) damaged unit.
+                _ => u += 1,
+            }
+        }
+    }
+}
+
+fn read_name(pm: &Pm, off: u64, h: &Header, name: &mut Vec<u8>) {
+    let bytes = pm.bytes(off, h.units as usize * UNIT_SIZE as usize);
+    dentry::name_from_units(bytes, h.name_len as usize, name);
+}
+
+fn name_matches(pm: &Pm, off: u64, h: &Header, name: &[u8]) -> bool {
+    let bytes = pm.bytes(off, h.units as usize * UNIT_SIZE as usize);
+    name.chunks(dentry::NAME_PER_UNIT)
+        .enumerate()
+        .all(|(i, c)| &bytes[i * UNIT_SIZE as usize + 8..i * UNIT_SIZE as usize + 8 + c.len()] == c)
+}
+
+/// A directory's DRAM state: the index (built on first use) and the inode generation it
+/// belongs to, so a stale handle on a removed-and-reused inode is noticed.
+pub struct DirState {
+    pub generation: u32,
+    pub index: RwLock<Option<DirIndex>>,
+}
+
+const SHARDS: usize = 64;
+
+/// Directory states by inode number, sharded so lookups in different directories do not
+/// meet on one lock.
+pub struct DirCache {
+    shards: Vec<Mutex<hashbrown::HashMap<u32, Arc<DirState>>>>,
+}
+
+impl Default for DirCache {
+    fn default() -> Self {
+        DirCache { shards: (0..SHARDS).map(|_| Mutex::new(hashbrown::HashMap::new())).collect() }
+    }
+}
+
+impl DirCache {
+    /// The state of directory `ino` with inode generation `generation`, created if absent or
+    /// stale.
+    pub fn get(&self, ino: u32, generation: u32) -> Arc<DirState> {
+        let mut shard = self.shards[ino as usize % SHARDS].lock();
+        let e = shard
+            .entry(ino)
+            .or_insert_with(|| Arc::new(DirState { generation, index: RwLock::new(None) }));
+        if e.generation != generation {
+            *e = Arc::new(DirState { generation, index: RwLock::new(None) });
+        }
+        e.clone()
+    }
+
+    pub fn remove(&self, ino: u32) {
+        self.shards[ino as usize % SHARDS].lock().remove(&ino);
+    }
+
+    /// Bytes of DRAM held by the indexes (approximate), for `info`.
+    pub fn dram_bytes(&self) -> u64 {
+        let mut total = 0u64;
+        for s in &self.shards {
+            for d in s.lock().values() {
+                total += 64;
+                if let Some(idx) = d.index.read().as_ref() {
+                    total += idx.table.capacity() as u64 * 9 + idx.blocks.capacity() as u64 * 8;
+                    total += idx.free.iter().map(|f| f.capacity() as u64 * 4).sum::<u64>();
+                }
+            }
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_skips_block_end_and_reuses_free_runs() {
+        let mut idx = DirIndex { table: HashTable::new(), free: Default::default(), hw: 0, blocks: vec![] };
+        let p = idx.plan_insert(1);
+        assert_eq!((p.unit, p.new_block, p.new_hw), (0, Some(0), 1));
+        idx.apply_insert(&p, 1, Some(10));
+        idx.hw = 62;
+        let p = idx.plan_insert(3);
+        assert_eq!((p.unit, p.new_block, p.new_hw), (64, Some(1), 67));
+        idx.apply_insert(&p, 2, Some(11));
+        // The two units skipped at the end of block 0 are reused by a 2-unit entry.
+        let p = idx.plan_insert(2);
+        assert_eq!((p.unit, p.new_block, p.new_hw), (62, None, 67));
+        idx.apply_insert(&p, 3, None);
+        idx.apply_remove(64, 3, 2);
+        let p = idx.plan_insert(1);
+        assert_eq!(p.unit, 64);
+        idx.apply_insert(&p, 4, None);
+        let p = idx.plan_insert(2);
+        assert_eq!(p.unit, 65);
+    }
+
+    #[test]
+    fn hash_is_seeded_and_spreads() {
+        assert_ne!(name_hash(1, b"abc"), name_hash(2, b"abc"));
+        assert_ne!(name_hash(1, b"abc"), name_hash(1, b"abd"));
+        assert_ne!(name_hash(1, b"a\0"), name_hash(1, b"a"));
+        let mut tops = std::collections::HashSet::new();
+        for i in 0..10_000 {
+            tops.insert(name_hash(7, format!("file{i}").as_bytes()) >> 32);
+        }
+        assert!(tops.len() > 9_990);
+    }
+}

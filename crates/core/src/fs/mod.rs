@@ -1,0 +1,239 @@
+//! The file system: shared state (`Inner`), mount/format, namespace operations, the data path
+//! and the std::fs-like API on top. Every operation is durable and atomic when it returns.
+
+mod data;
+pub mod dir;
+mod locks;
+pub(crate) mod mount;
+mod ops;
+mod path;
+mod rename;
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
+
+pub use mount::{FormatOptions, MountOptions, RecoveryReport};
+pub use ops::{DirEntry, RenameFlags, SetAttr, SetTime, Statfs};
+pub use path::{File, OpenOptions};
+
+use crate::alloc::InodeAlloc;
+use crate::journal::{Journal, Tx};
+use crate::layout::inode::{FileType, Inode, INODE_SIZE};
+use crate::layout::superblock::{Geometry, Superblock};
+use crate::mapping::FileMap;
+use crate::media::Pm;
+use dir::{DirCache, DirIndex, DirState};
+use locks::{OpenTable, Stripes};
+
+/// A mounted nvmfs image. Cheap to clone; `Send + Sync`: operations on different files and
+/// directories run in parallel and readers do not block readers.
+#[derive(Clone)]
+pub struct Fs {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub pm: Pm,
+    pub geo: Geometry,
+    pub sb: Superblock,
+    pub map: Box<dyn FileMap>,
+    pub journal: Journal,
+    pub inodes: InodeAlloc,
+    pub stripes: Stripes,
+    pub dirs: DirCache,
+    pub open: OpenTable,
+    /// Serialises directory moves between parents, so the loop check sees a stable tree.
+    pub rename_lock: Mutex<()>,
+    pub read_only: bool,
+    pub hash_seed: u64,
+    pub path: Option<PathBuf>,
+    pub recovery: RecoveryReport,
+    /// Holds the image's exclusive lock (flock) while mounted.
+    pub _image: Option<std::fs::File>,
+    pub unmounted: AtomicBool,
+}
+
+pub(crate) fn errno(e: i32) -> io::Error {
+    io::Error::from_raw_os_error(e)
+}
+
+/// Nanoseconds since the Unix epoch.
+pub(crate) fn now_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the struct we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// Attributes of an inode, as `stat` reports them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metadata {
+    pub ino: u64,
+    pub file_type: FileType,
+    /// Permission bits including setuid, setgid and sticky (mode & 0o7777).
+    pub perm: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// 4 KiB data blocks mapped to the file.
+    pub blocks: u64,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub generation: u32,
+    pub rdev: u64,
+}
+
+impl Metadata {
+    pub(crate) fn from_inode(ino: u32, i: &Inode) -> Metadata {
+        let file_type = i.file_type().unwrap_or(FileType::File);
+        let rdev = matches!(file_type, FileType::CharDevice | FileType::BlockDevice).then(|| i.rdev()).unwrap_or(0);
+        Metadata {
+            ino: ino as u64,
+            file_type,
+            perm: i.mode & 0o7777,
+            nlink: i.nlink,
+            uid: i.uid,
+            gid: i.gid,
+            size: i.size,
+            blocks: i.blocks,
+            atime_ns: i.atime_ns,
+            mtime_ns: i.mtime_ns,
+            ctime_ns: i.ctime_ns,
+            generation: i.generation,
+            rdev,
+        }
+    }
+
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+    pub fn len(&self) -> u64 {
+        self.size
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    pub fn is_dir(&self) -> bool {
+        self.file_type == FileType::Dir
+    }
+    pub fn is_file(&self) -> bool {
+        self.file_type == FileType::File
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.file_type == FileType::Symlink
+    }
+    /// The full st_mode (type and permission bits).
+    pub fn mode(&self) -> u32 {
+        self.file_type.mode_bits() | self.perm
+    }
+    /// st_blocks: 512-byte units.
+    pub fn st_blocks(&self) -> u64 {
+        self.blocks * 8
+    }
+    pub fn modified(&self) -> std::time::SystemTime {
+        ns_to_time(self.mtime_ns)
+    }
+    pub fn accessed(&self) -> std::time::SystemTime {
+        ns_to_time(self.atime_ns)
+    }
+}
+
+pub(crate) fn ns_to_time(ns: i64) -> std::time::SystemTime {
+    let d = std::time::Duration::from_nanos(ns.unsigned_abs());
+    if ns >= 0 {
+        std::time::UNIX_EPOCH + d
+    } else {
+        std::time::UNIX_EPOCH - d
+    }
+}
+
+impl Inner {
+    /// Reads and validates in-use inode `ino`; ENOENT for a free or out-of-range number,
+    /// EIO (naming the structure and offset) for a damaged record.
+    pub fn inode(&self, ino: u32) -> io::Result<Inode> {
+        if ino == 0 || ino as u64 >= self.geo.inode_count {
+            return Err(errno(libc::ENOENT));
+        }
+        let off = self.geo.inode_off(ino as u64);
+        let raw = Inode::decode_raw(self.pm.bytes(off, INODE_SIZE as usize));
+        if raw.is_free() {
+            return Err(errno(libc::ENOENT));
+        }
+        raw.validate(off, self.geo.inode_count).map_err(corrupt_to_io)?;
+        Ok(raw)
+    }
+
+    pub fn write_inode(&self, tx: &mut Tx<'_>, ino: u32, i: &Inode) {
+        tx.write(self.geo.inode_off(ino as u64), &i.encode());
+    }
+
+    pub fn tx(&self) -> Tx<'_> {
+        self.journal.begin(&self.pm)
+    }
+
+    pub fn check_writable(&self) -> io::Result<()> {
+        if self.read_only {
+            Err(errno(libc::EROFS))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The DRAM state of directory `ino` (ENOTDIR if it is not one).
+    pub fn dir_state(&self, ino: u32) -> io::Result<(Arc<DirState>, Inode)> {
+        let inode = {
+            let _g = self.stripes.read(ino);
+            self.inode(ino)?
+        };
+        if !inode.is_dir() {
+            return Err(errno(libc::ENOTDIR));
+        }
+        Ok((self.dirs.get(ino, inode.generation), inode))
+    }
+
+    /// Read access to a directory's index, building it on first use.
+    pub fn index_read<'a>(&self, ino: u32, ds: &'a DirState) -> io::Result<RwLockReadGuard<'a, Option<DirIndex>>> {
+        let g = ds.index.upgradable_read();
+        if g.is_some() {
+            return Ok(RwLockUpgradableReadGuard::downgrade(g));
+        }
+        let mut w = RwLockUpgradableReadGuard::upgrade(g);
+        self.load_index(ino, ds, &mut w)?;
+        Ok(RwLockWriteGuard::downgrade(w))
+    }
+
+    /// Write access to a directory's index, building it on first use.
+    pub fn index_write<'a>(&self, ino: u32, ds: &'a DirState) -> io::Result<RwLockWriteGuard<'a, Option<DirIndex>>> {
+        let mut w = ds.index.write();
+        if w.is_none() {
+            self.load_index(ino, ds, &mut w)?;
+        }
+        Ok(w)
+    }
+
+    fn load_index(&self, ino: u32, ds: &DirState, slot: &mut Option<DirIndex>) -> io::Result<()> {
+        let _g = self.stripes.read(ino);
+        let inode = self.inode(ino)?;
+        if inode.generation != ds.generation || !inode.is_dir() {
+            return Err(errno(libc::ENOENT));
+        }
+        let idx = DirIndex::load(&self.pm, &self.geo, self.map.as_ref(), ino, &inode, self.hash_seed)
+            .map_err(corrupt_to_io)?;
+        *slot = Some(idx);
+        Ok(())
+    }
+
+    pub fn name_hash(&self, name: &[u8]) -> u64 {
+        dir::name_hash(self.hash_seed, name)
+    }
+}
+
+pub(crate) fn corrupt_to_io(c: crate::layout::Corrupted) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, c)
+}

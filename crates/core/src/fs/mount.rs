@@ -1,0 +1,435 @@
+//! Formatting, mounting, recovery and unmounting.
+//!
+//! Mount order: superblock (primary, else replica) -> journal roll-back of armed records ->
+//! inode-table scan (free pools, orphans) -> hash-table scan (used count; after an unclean
+//! shutdown also stray and reserved slots and per-inode block counts) -> tombstone compaction
+//! -> orphans freed -> state block set to "mounted".
+
+use std::hash::BuildHasher;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::dir::DirCache;
+use super::locks::{OpenTable, Stripes};
+use super::{corrupt_to_io, errno, now_ns, Fs, Inner};
+use crate::alloc::InodeAlloc;
+use crate::journal::{self, Journal, LaneState};
+use crate::layout::inode::{FileType, Inode, INODE_SIZE};
+use crate::layout::state::{MountState, STATE_CLEAN, STATE_LEN, STATE_MOUNTED};
+use crate::layout::superblock::{Geometry, Superblock, PRIMARY_BLOCK, REPLICA_BLOCK, ROOT_INO, STATE_BLOCK};
+use crate::layout::{corrupted, Corrupted, BLOCK_SIZE};
+use crate::mapping::hashfs::{self, HashFs, RESERVED, TOMBSTONE};
+use crate::media::Pm;
+
+/// mkfs parameters.
+#[derive(Clone, Debug)]
+pub struct FormatOptions {
+    /// Image size in bytes (rounded down to whole 4 KiB blocks).
+    pub size_bytes: u64,
+    /// Number of inodes; default one per 16 KiB of image.
+    pub inode_count: Option<u64>,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions { size_bytes: 1 << 30, inode_count: None }
+    }
+}
+
+/// Mount parameters.
+#[derive(Clone, Debug, Default)]
+pub struct MountOptions {
+    pub read_only: bool,
+}
+
+/// What mount found and repaired.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The image was not unmounted cleanly.
+    pub unclean: bool,
+    /// The primary superblock was damaged and the replica was used.
+    pub used_replica: bool,
+    pub lanes_rolled_back: u32,
+    pub torn_lanes_cleared: u32,
+    pub reserved_slots_cleared: u64,
+    pub stray_blocks_freed: u64,
+    pub block_counts_fixed: u64,
+    pub orphans_freed: u64,
+    pub tombstones_compacted: u64,
+}
+
+fn uuid() -> [u8; 16] {
+    let s = std::collections::hash_map::RandomState::new();
+    let a = s.hash_one(now_ns());
+    let b = s.hash_one(std::process::id());
+    let mut u = [0u8; 16];
+    u[..8].copy_from_slice(&a.to_le_bytes());
+    u[8..].copy_from_slice(&b.to_le_bytes());
+    u
+}
+
+/// Writes a fresh file system into `pm` (all zero on entry).
+fn write_fresh(pm: &Pm, geo: &Geometry) {
+    let sb = Superblock::new(geo.clone(), uuid(), now_ns() as u64).encode();
+    pm.write(PRIMARY_BLOCK * BLOCK_SIZE, &sb);
+    pm.write(REPLICA_BLOCK * BLOCK_SIZE, &sb);
+    pm.write(STATE_BLOCK * BLOCK_SIZE, &MountState::default().encode());
+    let now = now_ns();
+    // SAFETY of ids: plain getters.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let root = Inode {
+        mode: libc::S_IFDIR | 0o755,
+        nlink: 2,
+        uid,
+        gid,
+        atime_ns: now,
+        mtime_ns: now,
+        ctime_ns: now,
+        generation: 1,
+        parent: ROOT_INO as u32,
+        ..Default::default()
+    };
+    pm.write(geo.inode_off(ROOT_INO), &root.encode());
+    pm.persist(0, (STATE_BLOCK * BLOCK_SIZE) as usize + STATE_LEN);
+    pm.persist(geo.inode_off(ROOT_INO), INODE_SIZE as usize);
+    pm.fence();
+}
+
+fn open_image(path: &Path, writable: bool) -> io::Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(writable)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let ft = f.metadata()?.file_type();
+    if !ft.is_file() && !ft.is_block_device() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: not a regular file", path.display())));
+    }
+    Ok(f)
+}
+
+fn image_len(f: &std::fs::File) -> io::Result<u64> {
+    Ok(f.metadata()?.len())
+}
+
+impl Fs {
+    /// Creates (or overwrites) an image file at `path` and formats it.
+    pub fn format(path: impl AsRef<Path>, opts: &FormatOptions) -> io::Result<()> {
+        let path = path.as_ref();
+        let blocks = opts.size_bytes / BLOCK_SIZE;
+        let geo = Geometry::compute(blocks, opts.inode_count).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        lock_image(&f, path, true)?;
+        // Truncating to zero first makes every byte of the new image read as zero.
+        f.set_len(0)?;
+        f.set_len(blocks * BLOCK_SIZE)?;
+        let pm = Pm::map_file(&f, path, blocks * BLOCK_SIZE, true)?;
+        write_fresh(&pm, &geo);
+        pm.sync_backing()?;
+        Ok(())
+    }
+
+    /// Mounts the image at `path`, running recovery if it was not unmounted cleanly.
+    pub fn mount(path: impl AsRef<Path>, opts: &MountOptions) -> io::Result<Fs> {
+        let path = path.as_ref();
+        let f = open_image(path, !opts.read_only)?;
+        lock_image(&f, path, !opts.read_only)?;
+        let len = image_len(&f)?;
+        if len < 3 * BLOCK_SIZE {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: too small to be an nvmfs image ({len} bytes)", path.display())));
+        }
+        let pm = Pm::map_file(&f, path, len, !opts.read_only)?;
+        Self::mount_pm(pm, opts, Some(path.to_path_buf()), Some(f))
+    }
+
+    /// Formats an in-memory image (tests, scratch use) and mounts it.
+    pub fn format_in_memory(opts: &FormatOptions) -> io::Result<Fs> {
+        let blocks = opts.size_bytes / BLOCK_SIZE;
+        let geo = Geometry::compute(blocks, opts.inode_count).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let pm = Pm::in_memory(blocks * BLOCK_SIZE);
+        write_fresh(&pm, &geo);
+        Self::mount_pm(pm, &MountOptions::default(), None, None)
+    }
+
+    /// Mounts an image already in `pm` (tests, crash images).
+    pub fn mount_pm(pm: Pm, opts: &MountOptions, path: Option<PathBuf>, image: Option<std::fs::File>) -> io::Result<Fs> {
+        let (sb, used_replica) = read_superblock(&pm)?;
+        let geo = sb.geo.clone();
+        if geo.total_blocks * BLOCK_SIZE > pm.len() {
+            return Err(corrupt_to_io(corrupted(
+                format!("superblock: image is {} bytes but the geometry needs {}", pm.len(), geo.total_blocks * BLOCK_SIZE),
+                0,
+            )));
+        }
+        if !opts.read_only && !sb.writable() {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "image has read-only-compatible features this build lacks; mount read-only"));
+        }
+        let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
+        let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
+        let mut report = RecoveryReport { unclean, used_replica, ..Default::default() };
+        if opts.read_only && unclean {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "image was not unmounted cleanly and needs recovery: mount it read-write or run `nvmfs fsck`",
+            ));
+        }
+        if !opts.read_only {
+            replay_journal(&pm, &geo, &mut report).map_err(corrupt_to_io)?;
+        }
+        let scan = scan_inodes(&pm, &geo).map_err(corrupt_to_io)?;
+        let used = if opts.read_only { count_used(&pm, &geo) } else { repair_table(&pm, &geo, unclean, &mut report) };
+        if !opts.read_only {
+            report.tombstones_compacted = hashfs::compact_tombstones(&pm, &geo);
+        }
+        let inner = Inner {
+            map: Box::new(HashFs::new(&geo, used)),
+            journal: Journal::new(&geo),
+            inodes: InodeAlloc::new(geo.inode_count, scan.free.iter().copied()),
+            stripes: Stripes::default(),
+            dirs: DirCache::default(),
+            open: OpenTable::default(),
+            rename_lock: Mutex::new(()),
+            read_only: opts.read_only,
+            hash_seed: std::collections::hash_map::RandomState::new().hash_one(0u64),
+            path,
+            recovery: RecoveryReport::default(),
+            _image: image,
+            unmounted: AtomicBool::new(false),
+            pm,
+            geo,
+            sb,
+        };
+        let mut inner = inner;
+        if !inner.read_only {
+            for &ino in &scan.orphans {
+                inner.free_inode(ino)?;
+                report.orphans_freed += 1;
+            }
+            let mut st = state.unwrap_or_default();
+            st.state = STATE_MOUNTED;
+            st.mount_count += 1;
+            st.last_mount_ns = now_ns() as u64;
+            write_state(&inner.pm, &st);
+        }
+        inner.recovery = report;
+        Ok(Fs { inner: Arc::new(inner) })
+    }
+
+    /// The image file, if mounted from one.
+    pub fn image_path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// The superblock in use.
+    pub fn superblock(&self) -> &Superblock {
+        &self.inner.sb
+    }
+
+    /// DRAM held beyond the mapping: directory indexes, open-file table, free-inode pools
+    /// (approximate, for `info` and the DRAM target of the benchmark).
+    pub fn dram_bytes(&self) -> u64 {
+        let i = &self.inner;
+        i.dirs.dram_bytes() + i.open.open_count() as u64 * 16 + i.inodes.free_count() * 4
+    }
+
+    /// What the mount found and repaired.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.recovery
+    }
+
+    /// Unmounts: the image is marked clean when the last handle (this one, its clones and any
+    /// open files) is gone. Fails with EBUSY, leaving the remaining handles working, if
+    /// others are still alive.
+    pub fn unmount(self) -> io::Result<()> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner.close(),
+            Err(_) => Err(errno(libc::EBUSY)),
+        }
+    }
+}
+
+fn lock_image(f: &std::fs::File, path: &Path, exclusive: bool) -> io::Result<()> {
+    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+    // SAFETY: flock on our own open descriptor.
+    if unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{}: image is in use by another process (mounted or being formatted)", path.display()),
+            ));
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Reads the primary superblock, falling back to the replica. Returns (superblock, used the
+/// replica). When both are bad the primary's error is reported.
+pub(crate) fn read_superblock(pm: &Pm) -> io::Result<(Superblock, bool)> {
+    let primary = Superblock::decode(pm.bytes(PRIMARY_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize), 0);
+    match primary {
+        Ok(sb) => Ok((sb, false)),
+        Err(e) => match Superblock::decode(pm.bytes(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize), BLOCK_SIZE) {
+            Ok(sb) => Ok((sb, true)),
+            Err(_) => Err(corrupt_to_io(e)),
+        },
+    }
+}
+
+pub(crate) fn write_state(pm: &Pm, st: &MountState) {
+    let off = STATE_BLOCK * BLOCK_SIZE;
+    pm.write(off, &st.encode());
+    pm.persist(off, STATE_LEN);
+    pm.fence();
+}
+
+/// Rolls back every armed journal record.
+pub(crate) fn replay_journal(pm: &Pm, geo: &Geometry, report: &mut RecoveryReport) -> Result<(), Corrupted> {
+    for lane in 0..geo.journal_lanes {
+        match journal::read_lane(pm, geo, lane, geo.metadata_end())? {
+            (LaneState::Idle, _) => {}
+            (LaneState::Armed { .. }, entries) => {
+                journal::roll_back(pm, geo, lane, &entries);
+                report.lanes_rolled_back += 1;
+            }
+            (LaneState::Torn, _) => {
+                journal::clear_lane(pm, geo, lane);
+                report.torn_lanes_cleared += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) struct InodeScan {
+    pub free: Vec<u32>,
+    pub orphans: Vec<u32>,
+}
+
+/// Walks the inode table: free numbers, orphans (in use with no links), and validation of
+/// every in-use record so no operation ever acts on a damaged one.
+pub(crate) fn scan_inodes(pm: &Pm, geo: &Geometry) -> Result<InodeScan, Corrupted> {
+    let mut scan = InodeScan { free: Vec::new(), orphans: Vec::new() };
+    let root_off = geo.inode_off(ROOT_INO);
+    let root = Inode::decode_raw(pm.bytes(root_off, INODE_SIZE as usize));
+    if !root.is_dir() || root.parent != ROOT_INO as u32 || root.nlink < 2 {
+        return Err(corrupted("inode: root directory", root_off));
+    }
+    for ino in 1..geo.inode_count {
+        let off = geo.inode_off(ino);
+        let mode = u32::from_le_bytes(pm.bytes(off, 4).try_into().expect("4 bytes"));
+        if mode == 0 {
+            scan.free.push(ino as u32);
+            continue;
+        }
+        let i = Inode::decode(pm.bytes(off, INODE_SIZE as usize), off, geo.inode_count)?;
+        if i.nlink == 0 {
+            scan.orphans.push(ino as u32);
+        }
+    }
+    Ok(scan)
+}
+
+fn count_used(pm: &Pm, geo: &Geometry) -> u64 {
+    (0..geo.data_blocks).filter(|&s| pm.load_u64(geo.slot_off(s)) > TOMBSTONE).count() as u64
+}
+
+/// Logical-block end of what inode `i` may map.
+pub(crate) fn allowed_blocks(i: &Inode) -> u64 {
+    match i.file_type() {
+        Some(FileType::Dir) => i.dir_units.div_ceil(crate::layout::dentry::UNITS_PER_BLOCK) as u64,
+        Some(FileType::Symlink) => (i.size as usize > crate::layout::inode::INLINE_LEN) as u64,
+        Some(FileType::File) => i.map_end(),
+        _ => 0,
+    }
+}
+
+/// Counts used slots. After an unclean shutdown also frees slots left reserved, slots mapping
+/// blocks no inode may own (past EOF of a write that did not finish, or of a freed inode),
+/// and fixes per-inode block counts.
+fn repair_table(pm: &Pm, geo: &Geometry, unclean: bool, report: &mut RecoveryReport) -> u64 {
+    let mut used = 0;
+    let mut counts: hashbrown::HashMap<u32, u64> = hashbrown::HashMap::new();
+    for s in 0..geo.data_blocks {
+        let off = geo.slot_off(s);
+        let v = pm.load_u64(off);
+        if v == RESERVED {
+            pm.store_u64(off, hashfs::FREE);
+            pm.persist(off, 8);
+            report.reserved_slots_cleared += 1;
+            continue;
+        }
+        let Some((ino, lblk)) = hashfs::split_key(v) else { continue };
+        if unclean {
+            let owner_ok = (ino as u64) < geo.inode_count && {
+                let i = Inode::decode_raw(pm.bytes(geo.inode_off(ino as u64), INODE_SIZE as usize));
+                !i.is_free() && (lblk as u64) < allowed_blocks(&i)
+            };
+            if !owner_ok {
+                pm.store_u64(off, TOMBSTONE);
+                pm.persist(off, 8);
+                report.stray_blocks_freed += 1;
+                continue;
+            }
+            *counts.entry(ino).or_insert(0) += 1;
+        }
+        used += 1;
+    }
+    if unclean {
+        fix_block_counts(pm, geo, &counts, report);
+    }
+    pm.fence();
+    used
+}
+
+fn fix_block_counts(pm: &Pm, geo: &Geometry, counts: &hashbrown::HashMap<u32, u64>, report: &mut RecoveryReport) {
+    use crate::layout::inode::O_BLOCKS;
+    for ino in 1..geo.inode_count {
+        let off = geo.inode_off(ino);
+        let i = Inode::decode_raw(pm.bytes(off, INODE_SIZE as usize));
+        if i.is_free() {
+            continue;
+        }
+        let want = counts.get(&(ino as u32)).copied().unwrap_or(0);
+        if i.blocks != want {
+            pm.store_u64(off + O_BLOCKS as u64, want);
+            pm.persist(off + O_BLOCKS as u64, 8);
+            report.block_counts_fixed += 1;
+        }
+    }
+}
+
+impl Inner {
+    /// Marks the image clean. Called once, when the last handle goes.
+    pub(crate) fn close(&self) -> io::Result<()> {
+        if self.read_only || self.unmounted.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.pm.sync_backing()?;
+        let mut st = MountState::decode(self.pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN)).unwrap_or_default();
+        st.state = STATE_CLEAN;
+        st.last_unmount_ns = now_ns() as u64;
+        write_state(&self.pm, &st);
+        self.pm.sync_backing()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}

@@ -1,0 +1,609 @@
+//! Namespace operations by inode number (the API the FUSE adapter maps onto): lookup,
+//! getattr/setattr, create/mknod/mkdir/symlink, link, unlink/rmdir, rename, readlink,
+//! readdir, statfs. Each mutating operation is one journal transaction.
+
+use std::io;
+
+use super::dir::{DirIndex, InsertPlan};
+use super::{errno, now_ns, Fs, Inner, Metadata};
+use crate::journal::Tx;
+use crate::layout::dentry::{self, Header, UNIT_SIZE};
+use crate::layout::inode::{FileType, Inode, INLINE_LEN, NLINK_MAX, SYMLINK_MAX};
+use crate::layout::superblock::ROOT_INO;
+use crate::layout::BLOCK_SIZE;
+use crate::mapping::Claim;
+
+/// One directory entry as readdir returns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub file_type: FileType,
+    /// Cookie to pass back to continue after this entry.
+    pub offset: u64,
+}
+
+impl DirEntry {
+    pub fn file_name(&self) -> &std::ffi::OsStr {
+        use std::os::unix::ffi::OsStrExt;
+        std::ffi::OsStr::from_bytes(&self.name)
+    }
+}
+
+/// A timestamp to set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    /// Nanoseconds since the Unix epoch.
+    At(i64),
+}
+
+/// Attributes to change; `None` leaves a field alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (the file type is kept).
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+/// File-system statistics (statvfs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Statfs {
+    pub block_size: u64,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub inodes: u64,
+    pub inodes_free: u64,
+    pub name_max: u64,
+}
+
+/// Rename behaviour (renameat2 flags).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+/// Inodes an operation changes, each loaded once (a parent may also be the other parent).
+pub(crate) struct Staged(Vec<(u32, Inode)>);
+
+impl Staged {
+    fn load(inner: &Inner, inos: &[u32]) -> io::Result<Staged> {
+        let mut v: Vec<(u32, Inode)> = Vec::with_capacity(inos.len());
+        for &ino in inos {
+            if !v.iter().any(|(i, _)| *i == ino) {
+                v.push((ino, inner.inode(ino)?));
+            }
+        }
+        Ok(Staged(v))
+    }
+
+    pub(crate) fn get(&mut self, ino: u32) -> &mut Inode {
+        &mut self.0.iter_mut().find(|(i, _)| *i == ino).expect("inode staged").1
+    }
+
+    pub(crate) fn write(&self, inner: &Inner, tx: &mut Tx<'_>) {
+        for (ino, i) in &self.0 {
+            inner.write_inode(tx, *ino, i);
+        }
+    }
+}
+
+/// A planned directory insert, with the block it needs claimed.
+pub(crate) struct Insert {
+    pub(crate) plan: InsertPlan,
+    pub(crate) claim: Option<Claim>,
+}
+
+impl Inner {
+    fn check_name(name: &[u8]) -> io::Result<()> {
+        dentry::validate_name(name).map_err(errno)
+    }
+
+    /// Plans an insert of a `units`-unit entry into directory `dir`, claiming a block if the
+    /// entry starts one.
+    pub(crate) fn plan_insert(&self, idx: &DirIndex, dir: u32, units: u32) -> io::Result<Insert> {
+        let plan = idx.plan_insert(units);
+        let claim = match plan.new_block {
+            Some(lblk) => {
+                self.map.reserve(1)?;
+                Some(self.map.claim(&self.pm, dir, lblk).inspect_err(|_| self.map.unreserve(1))?)
+            }
+            None => None,
+        };
+        Ok(Insert { plan, claim })
+    }
+
+    pub(crate) fn abandon(&self, ins: &Insert) {
+        if let Some(c) = ins.claim {
+            self.map.abandon(&self.pm, c);
+        }
+    }
+
+    /// Stages the entry `header`/`name` at the planned place: name units as free-space
+    /// writes, the header word as the logged in-place write that commits it.
+    pub(crate) fn stage_insert(&self, tx: &mut Tx<'_>, idx: &DirIndex, dir: u32, ins: &Insert, header: &Header, name: &[u8]) {
+        let mut units = Vec::with_capacity(header.units as usize * UNIT_SIZE as usize);
+        dentry::encode_units(header, name, &mut units);
+        if let (Some(c), Some(lblk)) = (ins.claim, ins.plan.new_block) {
+            // A new block is built whole and written to free space; mapping it (logged) is what
+            // commits the entry.
+            let mut block = vec![0u8; BLOCK_SIZE as usize];
+            block[..units.len()].copy_from_slice(&units);
+            tx.fresh(self.geo.data_off(c.pblk), &block);
+            let (off, v) = self.map.publish_entry(c, dir, lblk);
+            tx.write_with_old(off, &c.prior.to_le_bytes(), &v.to_le_bytes());
+        } else {
+            let off = idx.unit_off(&self.geo, ins.plan.unit);
+            tx.fresh(off + 8, &units[8..]);
+            tx.write(off, &units[..8]);
+        }
+    }
+
+    /// Checks a directory inode still is the directory the DRAM state was built for.
+    pub(crate) fn check_live_dir(i: &Inode, generation: u32) -> io::Result<()> {
+        if i.generation != generation || i.nlink == 0 || !i.is_dir() {
+            return Err(errno(libc::ENOENT));
+        }
+        Ok(())
+    }
+
+    fn create_node(&self, parent: u32, name: &[u8], mut new: Inode, target: Option<&[u8]>) -> io::Result<(u32, Inode)> {
+        self.check_writable()?;
+        Self::check_name(name)?;
+        let (ds, _) = self.dir_state(parent)?;
+        let mut g = self.index_write(parent, &ds)?;
+        let idx = g.as_mut().expect("index loaded");
+        let h = self.name_hash(name);
+        if idx.find(&self.pm, &self.geo, name, h).is_some() {
+            return Err(errno(libc::EEXIST));
+        }
+        let ino = self.inodes.alloc().ok_or_else(|| errno(libc::ENOSPC))?;
+        let ins = match self.plan_insert(idx, parent, dentry::units_for(name.len())) {
+            Ok(ins) => ins,
+            Err(e) => {
+                self.inodes.free(ino);
+                return Err(e);
+            }
+        };
+        let link_claim = match target.filter(|t| t.len() > INLINE_LEN) {
+            Some(_) => match self.map.reserve(1).and_then(|_| self.map.claim(&self.pm, ino, 0)) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    self.abandon(&ins);
+                    self.inodes.free(ino);
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        let _locks = self.stripes.write_many(&[parent, ino]);
+        let res = (|| {
+            let mut st = Staged::load(self, &[parent])?;
+            Self::check_live_dir(st.get(parent), ds.generation)?;
+            if new.is_dir() && st.get(parent).nlink >= NLINK_MAX {
+                return Err(errno(libc::EMLINK));
+            }
+            Ok(st)
+        })();
+        let mut st = match res {
+            Ok(st) => st,
+            Err(e) => {
+                self.abandon(&ins);
+                if let Some(c) = link_claim {
+                    self.map.abandon(&self.pm, c);
+                }
+                self.inodes.free(ino);
+                return Err(e);
+            }
+        };
+        let old = Inode::decode_raw(self.pm.bytes(self.geo.inode_off(ino as u64), 128));
+        new.generation = old.generation.wrapping_add(1).max(1);
+        let mut tx = self.tx();
+        if let Some(t) = target {
+            match link_claim {
+                Some(c) => {
+                    tx.fresh(self.geo.data_off(c.pblk), t);
+                    let (off, v) = self.map.publish_entry(c, ino, 0);
+                    tx.write_with_old(off, &c.prior.to_le_bytes(), &v.to_le_bytes());
+                    new.blocks = 1;
+                }
+                None => new.inline[..t.len()].copy_from_slice(t),
+            }
+        }
+        let ft = new.file_type().expect("valid type");
+        self.stage_insert(&mut tx, idx, parent, &ins, &Header::new(ino, name.len(), ft), name);
+        self.write_inode(&mut tx, ino, &new);
+        let p = st.get(parent);
+        p.mtime_ns = new.ctime_ns;
+        p.ctime_ns = new.ctime_ns;
+        p.dir_entries += 1;
+        p.dir_units = ins.plan.new_hw;
+        p.blocks += ins.claim.is_some() as u64;
+        if new.is_dir() {
+            p.nlink += 1;
+        }
+        st.write(self, &mut tx);
+        tx.commit();
+        idx.apply_insert(&ins.plan, h, ins.claim.map(|c| c.pblk));
+        Ok((ino, new))
+    }
+
+    /// Removes `name` from `parent` (unlink, or rmdir when `dir`).
+    fn remove(&self, parent: u32, name: &[u8], dir: bool) -> io::Result<()> {
+        self.check_writable()?;
+        match name {
+            b"." => return Err(errno(if dir { libc::EINVAL } else { libc::EISDIR })),
+            b".." => return Err(errno(if dir { libc::ENOTEMPTY } else { libc::EISDIR })),
+            _ => Self::check_name(name)?,
+        }
+        let (ds, _) = self.dir_state(parent)?;
+        let mut g = self.index_write(parent, &ds)?;
+        let idx = g.as_mut().expect("index loaded");
+        let h = self.name_hash(name);
+        let f = idx.find(&self.pm, &self.geo, name, h).ok_or_else(|| errno(libc::ENOENT))?;
+        let child = f.header.ino;
+        let is_dir = f.header.ftype == FileType::Dir;
+        if dir && !is_dir {
+            return Err(errno(libc::ENOTDIR));
+        }
+        if !dir && is_dir {
+            return Err(errno(libc::EISDIR));
+        }
+        let _locks = self.stripes.write_many(&[parent, child]);
+        let mut st = Staged::load(self, &[parent, child])?;
+        Self::check_live_dir(st.get(parent), ds.generation)?;
+        if dir && st.get(child).dir_entries > 0 {
+            return Err(errno(libc::ENOTEMPTY));
+        }
+        let now = now_ns();
+        let mut tx = self.tx();
+        tx.write_u64(idx.unit_off(&self.geo, f.unit), 0);
+        let p = st.get(parent);
+        p.mtime_ns = now;
+        p.ctime_ns = now;
+        p.dir_entries -= 1;
+        if dir {
+            p.nlink -= 1;
+        }
+        let c = st.get(child);
+        c.nlink = if dir { 0 } else { c.nlink.saturating_sub(1) };
+        c.ctime_ns = now;
+        let last = c.nlink == 0;
+        st.write(self, &mut tx);
+        tx.commit();
+        idx.apply_remove(f.unit, f.header.units as u32, h);
+        if dir {
+            self.dirs.remove(child);
+        }
+        if last && !self.open.is_open(child) {
+            self.free_inode(child)?;
+        }
+        Ok(())
+    }
+
+    /// Frees an inode with no links and no open handles: its blocks, then its record. The
+    /// caller holds its stripe lock (or is mounting). A crash in between leaves an orphan
+    /// (nlink 0) that the next mount frees.
+    pub(crate) fn free_inode(&self, ino: u32) -> io::Result<()> {
+        let off = self.geo.inode_off(ino as u64);
+        let i = Inode::decode_raw(self.pm.bytes(off, 128));
+        let freed = self.unmap_from(ino, 0, super::mount::allowed_blocks(&i));
+        self.pm.fence();
+        // Mode and link count share the first word: one atomic store frees the record.
+        self.pm.store_u64(off, 0);
+        self.pm.persist(off, 8);
+        self.pm.fence();
+        self.map.freed(freed);
+        self.dirs.remove(ino);
+        self.inodes.free(ino);
+        Ok(())
+    }
+
+    /// Unmaps the blocks of `ino` in [from, to) (written back, not fenced); returns how many.
+    pub(crate) fn unmap_from(&self, ino: u32, from: u64, to: u64) -> u64 {
+        let mut freed = 0;
+        let mut unmap = |pblk: u64| {
+            let (off, v) = self.map.unmap_entry(pblk);
+            self.pm.store_u64(off, v);
+            self.pm.persist(off, 8);
+            freed += 1;
+        };
+        if to.saturating_sub(from) > self.geo.data_blocks {
+            // A huge sparse range: one pass over the table is cheaper than a probe per block.
+            for s in 0..self.geo.data_blocks {
+                let v = self.pm.load_u64(self.geo.slot_off(s));
+                if let Some((i, l)) = crate::mapping::hashfs::split_key(v) {
+                    if i == ino && (l as u64) >= from && (l as u64) < to {
+                        unmap(s);
+                    }
+                }
+            }
+        } else {
+            for lblk in from..to {
+                if let Some(p) = self.map.lookup(&self.pm, ino, lblk as u32) {
+                    unmap(p);
+                }
+            }
+        }
+        freed
+    }
+}
+
+impl Fs {
+    /// Attributes of inode `ino`.
+    pub fn getattr(&self, ino: u64) -> io::Result<Metadata> {
+        let inner = &self.inner;
+        let ino = to_ino(ino)?;
+        let _g = inner.stripes.read(ino);
+        Ok(Metadata::from_inode(ino, &inner.inode(ino)?))
+    }
+
+    /// Finds `name` in directory `parent`: (inode number, type). "." and ".." resolve too.
+    pub fn lookup_ino(&self, parent: u64, name: &[u8]) -> io::Result<(u64, FileType)> {
+        let inner = &self.inner;
+        let parent = to_ino(parent)?;
+        let (ds, pinode) = inner.dir_state(parent)?;
+        match name {
+            b"." => return Ok((parent as u64, FileType::Dir)),
+            b".." => return Ok((pinode.parent as u64, FileType::Dir)),
+            _ if name.len() > dentry::NAME_MAX => return Err(errno(libc::ENAMETOOLONG)),
+            _ => {}
+        }
+        let g = inner.index_read(parent, &ds)?;
+        let idx = g.as_ref().expect("index loaded");
+        let f = idx.find(&inner.pm, &inner.geo, name, inner.name_hash(name)).ok_or_else(|| errno(libc::ENOENT))?;
+        Ok((f.header.ino as u64, f.header.ftype))
+    }
+
+    /// Finds `name` in directory `parent` and returns its attributes.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> io::Result<Metadata> {
+        let (ino, _) = self.lookup_ino(parent, name)?;
+        self.getattr(ino)
+    }
+
+    /// Creates a node: a regular file, FIFO, socket or device (`mode` carries the type).
+    pub fn mknod(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32, rdev: u64) -> io::Result<Metadata> {
+        let ft = FileType::from_mode(mode).ok_or_else(|| errno(libc::EINVAL))?;
+        if matches!(ft, FileType::Dir | FileType::Symlink) {
+            return Err(errno(libc::EINVAL));
+        }
+        let mut i = new_inode(mode, uid, gid, 1);
+        if matches!(ft, FileType::CharDevice | FileType::BlockDevice) {
+            i.inline[..8].copy_from_slice(&rdev.to_le_bytes());
+        }
+        let (ino, i) = self.inner.create_node(to_ino(parent)?, name, i, None)?;
+        Ok(Metadata::from_inode(ino, &i))
+    }
+
+    /// Creates a regular file.
+    pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> io::Result<Metadata> {
+        self.mknod(parent, name, libc::S_IFREG | (perm & 0o7777), uid, gid, 0)
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> io::Result<Metadata> {
+        let parent = to_ino(parent)?;
+        let mut i = new_inode(libc::S_IFDIR | (perm & 0o7777), uid, gid, 2);
+        i.parent = parent;
+        let (ino, i) = self.inner.create_node(parent, name, i, None)?;
+        Ok(Metadata::from_inode(ino, &i))
+    }
+
+    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], uid: u32, gid: u32) -> io::Result<Metadata> {
+        if target.is_empty() || target.contains(&0) {
+            return Err(errno(if target.is_empty() { libc::ENOENT } else { libc::EINVAL }));
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(errno(libc::ENAMETOOLONG));
+        }
+        let mut i = new_inode(libc::S_IFLNK | 0o777, uid, gid, 1);
+        i.size = target.len() as u64;
+        let (ino, i) = self.inner.create_node(to_ino(parent)?, name, i, Some(target))?;
+        Ok(Metadata::from_inode(ino, &i))
+    }
+
+    pub fn readlink(&self, ino: u64) -> io::Result<Vec<u8>> {
+        let inner = &self.inner;
+        let ino = to_ino(ino)?;
+        let _g = inner.stripes.read(ino);
+        let i = inner.inode(ino)?;
+        if i.file_type() != Some(FileType::Symlink) {
+            return Err(errno(libc::EINVAL));
+        }
+        let len = i.size as usize;
+        if len <= INLINE_LEN {
+            return Ok(i.inline[..len].to_vec());
+        }
+        let pblk = inner.map.lookup(&inner.pm, ino, 0).ok_or_else(|| {
+            super::corrupt_to_io(crate::layout::corrupted("symlink: target block not mapped", inner.geo.inode_off(ino as u64)))
+        })?;
+        Ok(inner.pm.bytes(inner.geo.data_off(pblk), len).to_vec())
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> io::Result<()> {
+        self.inner.remove(to_ino(parent)?, name, false)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> io::Result<()> {
+        self.inner.remove(to_ino(parent)?, name, true)
+    }
+
+    /// Adds a hard link `newparent/newname` to inode `ino`.
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> io::Result<Metadata> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        Inner::check_name(newname)?;
+        let (ino, parent) = (to_ino(ino)?, to_ino(newparent)?);
+        let (ds, _) = inner.dir_state(parent)?;
+        let mut g = inner.index_write(parent, &ds)?;
+        let idx = g.as_mut().expect("index loaded");
+        let h = inner.name_hash(newname);
+        if idx.find(&inner.pm, &inner.geo, newname, h).is_some() {
+            return Err(errno(libc::EEXIST));
+        }
+        let ins = inner.plan_insert(idx, parent, dentry::units_for(newname.len()))?;
+        let _locks = inner.stripes.write_many(&[parent, ino]);
+        let res = (|| {
+            let st = Staged::load(inner, &[parent, ino])?;
+            Ok::<_, io::Error>(st)
+        })();
+        let mut st = res.inspect_err(|_| inner.abandon(&ins))?;
+        let check = (|| {
+            Inner::check_live_dir(st.get(parent), ds.generation)?;
+            let i = st.get(ino);
+            if i.is_dir() {
+                return Err(errno(libc::EPERM));
+            }
+            if i.nlink == 0 {
+                return Err(errno(libc::ENOENT));
+            }
+            if i.nlink >= NLINK_MAX {
+                return Err(errno(libc::EMLINK));
+            }
+            Ok(())
+        })();
+        check.inspect_err(|_| inner.abandon(&ins))?;
+        let now = now_ns();
+        let ft = st.get(ino).file_type().expect("valid");
+        let mut tx = inner.tx();
+        inner.stage_insert(&mut tx, idx, parent, &ins, &Header::new(ino, newname.len(), ft), newname);
+        let i = st.get(ino);
+        i.nlink += 1;
+        i.ctime_ns = now;
+        let p = st.get(parent);
+        p.mtime_ns = now;
+        p.ctime_ns = now;
+        p.dir_entries += 1;
+        p.dir_units = ins.plan.new_hw;
+        p.blocks += ins.claim.is_some() as u64;
+        st.write(inner, &mut tx);
+        tx.commit();
+        idx.apply_insert(&ins.plan, h, ins.claim.map(|c| c.pblk));
+        Ok(Metadata::from_inode(ino, st.get(ino)))
+    }
+
+    /// Lists directory `ino` from cookie `offset` (0 = start), calling `f` per entry until it
+    /// returns false. "." and ".." come first.
+    pub fn readdir(&self, ino: u64, offset: u64, mut f: impl FnMut(DirEntry) -> bool) -> io::Result<()> {
+        let inner = &self.inner;
+        let ino = to_ino(ino)?;
+        let (ds, inode) = inner.dir_state(ino)?;
+        if offset == 0 && !f(DirEntry { name: b".".to_vec(), ino: ino as u64, file_type: FileType::Dir, offset: 1 }) {
+            return Ok(());
+        }
+        if offset <= 1 && !f(DirEntry { name: b"..".to_vec(), ino: inode.parent as u64, file_type: FileType::Dir, offset: 2 }) {
+            return Ok(());
+        }
+        let start = offset.saturating_sub(2).min(u32::MAX as u64) as u32;
+        let g = inner.index_read(ino, &ds)?;
+        let idx = g.as_ref().expect("index loaded");
+        idx.scan(&inner.pm, &inner.geo, start, |unit, h, name| {
+            f(DirEntry { name: name.to_vec(), ino: h.ino as u64, file_type: h.ftype, offset: (unit + h.units as u32) as u64 + 2 })
+        });
+        Ok(())
+    }
+
+    /// Changes attributes of `ino`; a size change truncates or extends the file.
+    pub fn setattr(&self, ino: u64, attr: &SetAttr) -> io::Result<Metadata> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        let ino = to_ino(ino)?;
+        let _g = inner.stripes.write(ino);
+        let mut i = inner.inode(ino)?;
+        if let Some(size) = attr.size {
+            inner.set_size(ino, &mut i, size)?;
+        }
+        let now = now_ns();
+        let mut changed = false;
+        if let Some(m) = attr.mode {
+            i.mode = (i.mode & libc::S_IFMT) | (m & 0o7777);
+            changed = true;
+        }
+        if let Some(u) = attr.uid {
+            i.uid = u;
+            changed = true;
+        }
+        if let Some(g) = attr.gid {
+            i.gid = g;
+            changed = true;
+        }
+        for (set, field) in [(attr.atime, &mut i.atime_ns), (attr.mtime, &mut i.mtime_ns)] {
+            if let Some(t) = set {
+                *field = match t {
+                    SetTime::Now => now,
+                    SetTime::At(ns) => ns,
+                };
+                changed = true;
+            }
+        }
+        if changed {
+            i.ctime_ns = now;
+            let mut tx = inner.tx();
+            inner.write_inode(&mut tx, ino, &i);
+            tx.commit();
+        }
+        Ok(Metadata::from_inode(ino, &i))
+    }
+
+    pub fn statfs(&self) -> Statfs {
+        let inner = &self.inner;
+        let total = inner.map.total_blocks();
+        Statfs {
+            block_size: BLOCK_SIZE,
+            blocks: total,
+            blocks_free: total.saturating_sub(inner.map.used_blocks()),
+            inodes: inner.geo.inode_count - 1,
+            inodes_free: inner.inodes.free_count(),
+            name_max: dentry::NAME_MAX as u64,
+        }
+    }
+
+    /// Renames `parent/name` to `newparent/newname` (renameat2 semantics).
+    pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: RenameFlags) -> io::Result<()> {
+        super::rename::rename(&self.inner, to_ino(parent)?, name, to_ino(newparent)?, newname, flags)
+    }
+
+    /// Takes a reference that keeps `ino` alive after its last link goes (an open file, or a
+    /// kernel lookup reference through FUSE).
+    pub fn open_ino(&self, ino: u64) -> io::Result<()> {
+        let ino = to_ino(ino)?;
+        let _g = self.inner.stripes.read(ino);
+        self.inner.inode(ino)?;
+        self.inner.open.acquire(ino);
+        Ok(())
+    }
+
+    /// Drops a reference taken by `open_ino`; frees the inode if it was the last and the
+    /// inode has no links.
+    pub fn release_ino(&self, ino: u64) -> io::Result<()> {
+        let inner = &self.inner;
+        let ino = to_ino(ino)?;
+        if !inner.open.release(ino) || inner.read_only {
+            return Ok(());
+        }
+        let _g = inner.stripes.write(ino);
+        match inner.inode(ino) {
+            Ok(i) if i.nlink == 0 && !inner.open.is_open(ino) => inner.free_inode(ino),
+            _ => Ok(()),
+        }
+    }
+}
+
+pub(crate) fn to_ino(ino: u64) -> io::Result<u32> {
+    u32::try_from(ino).ok().filter(|&i| i != 0).ok_or_else(|| errno(libc::ENOENT))
+}
+
+pub(crate) fn new_inode(mode: u32, uid: u32, gid: u32, nlink: u32) -> Inode {
+    let now = now_ns();
+    Inode { mode, nlink, uid, gid, atime_ns: now, mtime_ns: now, ctime_ns: now, ..Default::default() }
+}
+
+pub(crate) const ROOT: u64 = ROOT_INO;
+
+pub(crate) fn stage_for_rename(inner: &Inner, inos: &[u32]) -> io::Result<Staged> {
+    Staged::load(inner, inos)
+}

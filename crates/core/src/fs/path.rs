@@ -1,0 +1,500 @@
+//! The std::fs-like API: paths resolved from the root ("a/b" and "/a/b" are the same),
+//! symlinks followed (at most 40), `File` with Read/Write/Seek and positional I/O.
+
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use parking_lot::Mutex;
+
+use super::data::TranslationCache;
+use super::ops::{to_ino, SetAttr, SetTime, ROOT};
+use super::{errno, DirEntry, Fs, Metadata, RenameFlags};
+use crate::layout::inode::FileType;
+
+const SYMLINK_FOLLOW_MAX: usize = 40;
+
+fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    path.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".")
+}
+
+fn ids() -> (u32, u32) {
+    // SAFETY: plain getters without side effects.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+impl Fs {
+    /// Resolves `path` to (inode, type); follows a final symlink when `follow`.
+    pub fn resolve(&self, path: impl AsRef<Path>, follow: bool) -> io::Result<(u64, FileType)> {
+        let bytes = path.as_ref().as_os_str().as_bytes();
+        let mut cur = (ROOT, FileType::Dir);
+        let mut iter = components(bytes).peekable();
+        while let Some(c) = iter.next() {
+            if cur.1 != FileType::Dir {
+                return Err(errno(libc::ENOTDIR));
+            }
+            let next = self.lookup_ino(cur.0, c)?;
+            if next.1 == FileType::Symlink && (iter.peek().is_some() || follow) {
+                // Rare path: rebuild the remaining components behind the link target.
+                let rest: Vec<&[u8]> = iter.collect();
+                return self.resolve_slow(cur.0, next.0, &rest, follow);
+            }
+            cur = next;
+        }
+        Ok(cur)
+    }
+
+    fn resolve_slow(&self, dir: u64, link: u64, rest: &[&[u8]], follow: bool) -> io::Result<(u64, FileType)> {
+        let mut queue: Vec<Vec<u8>> = rest.iter().rev().map(|c| c.to_vec()).collect();
+        let mut cur = (dir, FileType::Dir);
+        let mut pending_link = Some(link);
+        let mut followed = 0;
+        loop {
+            if let Some(l) = pending_link.take() {
+                followed += 1;
+                if followed > SYMLINK_FOLLOW_MAX {
+                    return Err(errno(libc::ELOOP));
+                }
+                let target = self.readlink(l)?;
+                if target.first() == Some(&b'/') {
+                    cur = (ROOT, FileType::Dir);
+                }
+                queue.extend(components(&target).rev().map(|c| c.to_vec()).collect::<Vec<_>>());
+            }
+            let Some(c) = queue.pop() else { return Ok(cur) };
+            if cur.1 != FileType::Dir {
+                return Err(errno(libc::ENOTDIR));
+            }
+            let next = self.lookup_ino(cur.0, &c)?;
+            if next.1 == FileType::Symlink && (!queue.is_empty() || follow) {
+                pending_link = Some(next.0);
+            } else {
+                cur = next;
+            }
+        }
+    }
+
+    /// Splits `path` into (parent directory inode, final name).
+    fn resolve_parent<'p>(&self, path: &'p Path) -> io::Result<(u64, &'p [u8])> {
+        let bytes = path.as_os_str().as_bytes();
+        let trimmed = bytes.strip_suffix(b"/").unwrap_or(bytes);
+        let (dir, name) = match trimmed.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => (&b""[..], trimmed),
+        };
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(errno(if name.is_empty() { libc::EEXIST } else { libc::EINVAL }));
+        }
+        let (parent, ft) = self.resolve(Path::new(std::ffi::OsStr::from_bytes(dir)), true)?;
+        if ft != FileType::Dir {
+            return Err(errno(libc::ENOTDIR));
+        }
+        Ok((parent, name))
+    }
+
+    pub fn create_dir(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let (parent, name) = self.resolve_parent(path.as_ref())?;
+        let (uid, gid) = ids();
+        self.mkdir(parent, name, 0o755, uid, gid).map(|_| ())
+    }
+
+    pub fn create_dir_all(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let bytes = path.as_ref().as_os_str().as_bytes();
+        let mut cur = ROOT;
+        let (uid, gid) = ids();
+        for c in components(bytes) {
+            cur = match self.lookup_ino(cur, c) {
+                Ok((ino, FileType::Dir)) => ino,
+                Ok((_, FileType::Symlink)) => {
+                    let prefix = &bytes[..c.as_ptr() as usize - bytes.as_ptr() as usize + c.len()];
+                    match self.resolve(Path::new(std::ffi::OsStr::from_bytes(prefix)), true)? {
+                        (ino, FileType::Dir) => ino,
+                        _ => return Err(errno(libc::ENOTDIR)),
+                    }
+                }
+                Ok(_) => return Err(errno(libc::ENOTDIR)),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => match self.mkdir(cur, c, 0o755, uid, gid) {
+                    Ok(m) => m.ino,
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => self.lookup_ino(cur, c)?.0,
+                    Err(e) => return Err(e),
+                },
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(())
+    }
+
+    pub fn remove_dir(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let (parent, name) = self.resolve_parent(path.as_ref())?;
+        self.rmdir(parent, name)
+    }
+
+    pub fn remove_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let (parent, name) = self.resolve_parent(path.as_ref())?;
+        self.unlink(parent, name)
+    }
+
+    /// Renames `from` to `to`, replacing `to` if it exists (rename(2)).
+    pub fn rename_path(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
+        let (sp, sn) = self.resolve_parent(from.as_ref())?;
+        let (dp, dn) = self.resolve_parent(to.as_ref())?;
+        self.rename(sp, sn, dp, dn, RenameFlags::default())
+    }
+
+    pub fn hard_link(&self, original: impl AsRef<Path>, link: impl AsRef<Path>) -> io::Result<()> {
+        let (ino, _) = self.resolve(original, false)?;
+        let (dp, dn) = self.resolve_parent(link.as_ref())?;
+        self.link(ino, dp, dn).map(|_| ())
+    }
+
+    /// Creates a symlink at `link` pointing to `original` (std::os::unix::fs::symlink order).
+    pub fn symlink_path(&self, original: impl AsRef<Path>, link: impl AsRef<Path>) -> io::Result<()> {
+        let (dp, dn) = self.resolve_parent(link.as_ref())?;
+        let (uid, gid) = ids();
+        self.symlink(dp, dn, original.as_ref().as_os_str().as_bytes(), uid, gid).map(|_| ())
+    }
+
+    pub fn read_link(&self, path: impl AsRef<Path>) -> io::Result<std::path::PathBuf> {
+        let (ino, _) = self.resolve(path, false)?;
+        Ok(std::path::PathBuf::from(std::ffi::OsString::from_vec_compat(self.readlink(ino)?)))
+    }
+
+    /// Attributes, following a final symlink.
+    pub fn metadata(&self, path: impl AsRef<Path>) -> io::Result<Metadata> {
+        self.getattr(self.resolve(path, true)?.0)
+    }
+
+    /// Attributes of the path itself (a symlink is not followed).
+    pub fn symlink_metadata(&self, path: impl AsRef<Path>) -> io::Result<Metadata> {
+        self.getattr(self.resolve(path, false)?.0)
+    }
+
+    /// Sets permission bits (chmod).
+    pub fn set_permissions(&self, path: impl AsRef<Path>, perm: u32) -> io::Result<()> {
+        let (ino, _) = self.resolve(path, true)?;
+        self.setattr(ino, &SetAttr { mode: Some(perm), ..Default::default() }).map(|_| ())
+    }
+
+    /// Sets access and modification times (utimensat); `None` leaves one alone.
+    pub fn set_times(&self, path: impl AsRef<Path>, atime: Option<SetTime>, mtime: Option<SetTime>) -> io::Result<()> {
+        let (ino, _) = self.resolve(path, true)?;
+        self.setattr(ino, &SetAttr { atime, mtime, ..Default::default() }).map(|_| ())
+    }
+
+    /// Sets owner and group (chown); `None` leaves one alone.
+    pub fn set_owner(&self, path: impl AsRef<Path>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+        let (ino, _) = self.resolve(path, true)?;
+        self.setattr(ino, &SetAttr { uid, gid, ..Default::default() }).map(|_| ())
+    }
+
+    /// The entries of a directory, without "." and "..".
+    pub fn read_dir(&self, path: impl AsRef<Path>) -> io::Result<Vec<DirEntry>> {
+        let (ino, ft) = self.resolve(path, true)?;
+        if ft != FileType::Dir {
+            return Err(errno(libc::ENOTDIR));
+        }
+        let mut out = Vec::new();
+        self.readdir(ino, 2, |e| {
+            out.push(e);
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// Reads a whole file.
+    pub fn read_file(&self, path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
+        let mut f = OpenOptions::new().read(true).open(self, path)?;
+        let mut v = Vec::new();
+        f.read_to_end(&mut v)?;
+        Ok(v)
+    }
+
+    /// Creates or replaces a file with `data`.
+    pub fn write_file(&self, path: impl AsRef<Path>, data: &[u8]) -> io::Result<()> {
+        let f = OpenOptions::new().write(true).create(true).truncate(true).open(self, path)?;
+        f.write_all_at(data, 0)
+    }
+
+    /// Looks `name` up in `parent` and takes an open reference while the directory is locked,
+    /// so an unlink cannot free the inode in between.
+    fn lookup_and_open(&self, parent: u64, name: &[u8]) -> io::Result<(u64, FileType)> {
+        let inner = &self.inner;
+        let p = to_ino(parent)?;
+        let (ds, _) = inner.dir_state(p)?;
+        let g = inner.index_read(p, &ds)?;
+        let idx = g.as_ref().expect("index loaded");
+        let f = idx.find(&inner.pm, &inner.geo, name, inner.name_hash(name)).ok_or_else(|| errno(libc::ENOENT))?;
+        inner.open.acquire(f.header.ino);
+        Ok((f.header.ino as u64, f.header.ftype))
+    }
+
+    fn open_path(&self, path: &Path, o: &OpenOptions) -> io::Result<File> {
+        let writable = o.write || o.append;
+        if (o.create || o.create_new || o.truncate) && !writable {
+            return Err(errno(libc::EINVAL));
+        }
+        let (parent, name) = match self.resolve_parent(path) {
+            Ok(pn) => pn,
+            // The root itself.
+            Err(_) if components(path.as_os_str().as_bytes()).next().is_none() => {
+                return self.open_resolved(ROOT, FileType::Dir, o);
+            }
+            Err(e) => return Err(e),
+        };
+        loop {
+            match self.lookup_and_open(parent, name) {
+                Ok((ino, ft)) => {
+                    if o.create_new {
+                        self.release_ino(ino)?;
+                        return Err(errno(libc::EEXIST));
+                    }
+                    if ft == FileType::Symlink {
+                        self.release_ino(ino)?;
+                        let (ino, ft) = self.resolve(path, true)?;
+                        self.open_ino(ino)?;
+                        return self.open_resolved(ino, ft, o);
+                    }
+                    return self.open_resolved(ino, ft, o);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && (o.create || o.create_new) => {
+                    let (uid, gid) = ids();
+                    match self.create(parent, name, o.mode, uid, gid) {
+                        // Lost a race with another creator: open theirs (unless create_new).
+                        Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !o.create_new => continue,
+                        Err(e) => return Err(e),
+                        Ok(_) => {
+                            let (ino, ft) = self.lookup_and_open(parent, name)?;
+                            return self.open_resolved(ino, ft, o);
+                        }
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Finishes an open of `ino`, which already holds an open reference.
+    fn open_resolved(&self, ino: u64, ft: FileType, o: &OpenOptions) -> io::Result<File> {
+        let file = File {
+            fs: self.clone(),
+            ino: ino as u32,
+            readable: o.read,
+            writable: o.write || o.append,
+            append: o.append,
+            pos: 0,
+            cache: Mutex::new(TranslationCache::default()),
+        };
+        if ft == FileType::Dir && file.writable {
+            return Err(errno(libc::EISDIR));
+        }
+        if o.truncate && ft == FileType::File {
+            self.setattr(ino, &SetAttr { size: Some(0), ..Default::default() })?;
+        }
+        Ok(file)
+    }
+}
+
+/// Compatibility shim: build an OsString from bytes on Unix.
+trait FromVecCompat {
+    fn from_vec_compat(v: Vec<u8>) -> Self;
+}
+
+impl FromVecCompat for std::ffi::OsString {
+    fn from_vec_compat(v: Vec<u8>) -> Self {
+        use std::os::unix::ffi::OsStringExt;
+        std::ffi::OsString::from_vec(v)
+    }
+}
+
+/// How to open a file, as std::fs::OpenOptions.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    read: bool,
+    write: bool,
+    append: bool,
+    truncate: bool,
+    create: bool,
+    create_new: bool,
+    mode: u32,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { read: false, write: false, append: false, truncate: false, create: false, create_new: false, mode: 0o644 }
+    }
+}
+
+impl OpenOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn read(&mut self, v: bool) -> &mut Self {
+        self.read = v;
+        self
+    }
+    pub fn write(&mut self, v: bool) -> &mut Self {
+        self.write = v;
+        self
+    }
+    pub fn append(&mut self, v: bool) -> &mut Self {
+        self.append = v;
+        self
+    }
+    pub fn truncate(&mut self, v: bool) -> &mut Self {
+        self.truncate = v;
+        self
+    }
+    pub fn create(&mut self, v: bool) -> &mut Self {
+        self.create = v;
+        self
+    }
+    pub fn create_new(&mut self, v: bool) -> &mut Self {
+        self.create_new = v;
+        self
+    }
+    /// Permission bits for a created file (default 0o644).
+    pub fn mode(&mut self, mode: u32) -> &mut Self {
+        self.mode = mode & 0o7777;
+        self
+    }
+    pub fn open(&self, fs: &Fs, path: impl AsRef<Path>) -> io::Result<File> {
+        fs.open_path(path.as_ref(), self)
+    }
+}
+
+/// An open file. Dropping it closes it; an unlinked file's space is freed at the last close.
+pub struct File {
+    fs: Fs,
+    ino: u32,
+    readable: bool,
+    writable: bool,
+    append: bool,
+    pos: u64,
+    cache: Mutex<TranslationCache>,
+}
+
+impl File {
+    pub fn ino(&self) -> u64 {
+        self.ino as u64
+    }
+
+    fn with_cache<R>(&self, f: impl FnOnce(&mut TranslationCache) -> R) -> R {
+        match self.cache.try_lock() {
+            Some(mut c) => f(&mut c),
+            // Another thread is using this handle's cache: go without.
+            None => f(&mut TranslationCache::default()),
+        }
+    }
+
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if !self.readable {
+            return Err(errno(libc::EBADF));
+        }
+        self.with_cache(|c| self.fs.inner.read_data(self.ino, offset, buf, c))
+    }
+
+    /// Writes at `offset` (at EOF if opened for append, as Linux pwrite does).
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        if !self.writable {
+            return Err(errno(libc::EBADF));
+        }
+        self.with_cache(|c| self.fs.inner.write_data(self.ino, offset, buf, self.append, c)).map(|(n, _)| n)
+    }
+
+    pub fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset)? {
+                0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "failed to fill whole buffer")),
+                n => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn write_all_at(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.write_at(buf, offset)?;
+            buf = &buf[n..];
+            offset += n as u64;
+        }
+        Ok(())
+    }
+
+    pub fn set_len(&self, size: u64) -> io::Result<()> {
+        if !self.writable {
+            return Err(errno(libc::EINVAL));
+        }
+        self.fs.setattr(self.ino as u64, &SetAttr { size: Some(size), ..Default::default() }).map(|_| ())
+    }
+
+    pub fn metadata(&self) -> io::Result<Metadata> {
+        self.fs.getattr(self.ino as u64)
+    }
+
+    /// Every operation is already durable; this only matters for an image on an ordinary
+    /// (non-DAX, non-tmpfs) file, where it asks the OS to write the mapping back.
+    pub fn sync_all(&self) -> io::Result<()> {
+        self.fs.inner.pm.sync_backing()
+    }
+
+    pub fn sync_data(&self) -> io::Result<()> {
+        self.sync_all()
+    }
+
+    /// fallocate(2) on this file.
+    pub fn allocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+        if !self.writable {
+            return Err(errno(libc::EBADF));
+        }
+        self.fs.fallocate(self.ino as u64, mode, offset, len)
+    }
+}
+
+impl Read for File {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Write for File {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if !self.writable {
+            return Err(errno(libc::EBADF));
+        }
+        let pos = self.pos;
+        let (n, size) = self.with_cache(|c| self.fs.inner.write_data(self.ino, pos, buf, self.append, c))?;
+        self.pos = if self.append { size } else { pos + n as u64 };
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for File {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let (base, delta) = match to {
+            SeekFrom::Start(p) => {
+                self.pos = p;
+                return Ok(p);
+            }
+            SeekFrom::End(d) => (self.metadata()?.size, d),
+            SeekFrom::Current(d) => (self.pos, d),
+        };
+        let p = base.checked_add_signed(delta).ok_or_else(|| errno(libc::EINVAL))?;
+        self.pos = p;
+        Ok(p)
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        let _ = self.fs.release_ino(self.ino as u64);
+    }
+}

@@ -1,0 +1,252 @@
+//! rename(2)/renameat2: move, replace, exchange; across directories with loop checks. One
+//! journal transaction covers both entries and every inode involved.
+
+use std::io;
+
+use super::dir::{DirIndex, Found};
+use super::ops::RenameFlags;
+use super::{errno, now_ns, Inner};
+use crate::layout::dentry::{self, Header};
+use crate::layout::inode::{FileType, NLINK_MAX};
+use crate::layout::superblock::ROOT_INO;
+
+/// What is at the destination name.
+enum Dest {
+    New,
+    Replace(Found),
+    Exchange(Found),
+}
+
+pub(crate) fn rename(inner: &Inner, sp: u32, sname: &[u8], dp: u32, dname: &[u8], flags: RenameFlags) -> io::Result<()> {
+    inner.check_writable()?;
+    if flags.noreplace && flags.exchange {
+        return Err(errno(libc::EINVAL));
+    }
+    for n in [sname, dname] {
+        if n == b"." || n == b".." {
+            return Err(errno(libc::EINVAL));
+        }
+        dentry::validate_name(n).map_err(errno)?;
+    }
+    let cross = sp != dp;
+    // Moves between directories are serialised so the loop check sees a stable tree.
+    let _rename_guard = cross.then(|| inner.rename_lock.lock());
+    let (sds, _) = inner.dir_state(sp)?;
+    let (dds, _) = inner.dir_state(dp)?;
+    // Index locks in inode order.
+    let (mut first, mut second) = if sp <= dp {
+        (inner.index_write(sp, &sds)?, cross.then(|| inner.index_write(dp, &dds)).transpose()?)
+    } else {
+        let d = inner.index_write(dp, &dds)?;
+        (inner.index_write(sp, &sds)?, Some(d))
+    };
+    let (sidx, didx): (&mut DirIndex, Option<&mut DirIndex>) = match second.as_mut() {
+        None => (first.as_mut().expect("loaded"), None),
+        Some(s) if sp <= dp => (first.as_mut().expect("loaded"), Some(s.as_mut().expect("loaded"))),
+        Some(s) => (s.as_mut().expect("loaded"), Some(first.as_mut().expect("loaded"))),
+    };
+    let mut r = Rename { inner, sp, dp, sname, dname, sidx, didx, sgen: sds.generation, dgen: dds.generation };
+    r.run(flags)
+}
+
+struct Rename<'a> {
+    inner: &'a Inner,
+    sp: u32,
+    dp: u32,
+    sname: &'a [u8],
+    dname: &'a [u8],
+    sidx: &'a mut DirIndex,
+    didx: Option<&'a mut DirIndex>,
+    sgen: u32,
+    dgen: u32,
+}
+
+impl Rename<'_> {
+    fn dst(&mut self) -> &mut DirIndex {
+        match self.didx.as_deref_mut() {
+            Some(d) => d,
+            None => self.sidx,
+        }
+    }
+
+    fn run(&mut self, flags: RenameFlags) -> io::Result<()> {
+        let inner = self.inner;
+        let (pm, geo) = (&inner.pm, &inner.geo);
+        let sh = inner.name_hash(self.sname);
+        let dh = inner.name_hash(self.dname);
+        let src = self.sidx.find(pm, geo, self.sname, sh).ok_or_else(|| errno(libc::ENOENT))?;
+        let dname = self.dname;
+        let found = self.dst().find(pm, geo, dname, dh);
+        let dest = match found {
+            Some(d) if d.header.ino == src.header.ino => return Ok(()),
+            Some(_) if flags.noreplace => return Err(errno(libc::EEXIST)),
+            Some(d) if flags.exchange => Dest::Exchange(d),
+            Some(d) => Dest::Replace(d),
+            None if flags.exchange => return Err(errno(libc::ENOENT)),
+            None => Dest::New,
+        };
+        let src_dir = src.header.ftype == FileType::Dir;
+        if let Dest::Replace(d) = &dest {
+            let dst_dir = d.header.ftype == FileType::Dir;
+            if src_dir && !dst_dir {
+                return Err(errno(libc::ENOTDIR));
+            }
+            if !src_dir && dst_dir {
+                return Err(errno(libc::EISDIR));
+            }
+        }
+        if self.sp != self.dp {
+            if src_dir {
+                self.check_not_ancestor(src.header.ino, self.dp)?;
+            }
+            if let Dest::Exchange(d) = &dest {
+                if d.header.ftype == FileType::Dir {
+                    self.check_not_ancestor(d.header.ino, self.sp)?;
+                }
+            }
+        }
+        self.commit(src, dest, sh, dh)
+    }
+
+    /// EINVAL if `dir` is `from` or one of its ancestors (the move would make a loop).
+    fn check_not_ancestor(&self, dir: u32, from: u32) -> io::Result<()> {
+        let mut cur = from;
+        for _ in 0..self.inner.geo.inode_count {
+            if cur == dir {
+                return Err(errno(libc::EINVAL));
+            }
+            if cur as u64 == ROOT_INO {
+                return Ok(());
+            }
+            cur = self.inner.inode(cur)?.parent;
+        }
+        Err(errno(libc::ELOOP))
+    }
+
+    fn commit(&mut self, src: Found, dest: Dest, sh: u64, dh: u64) -> io::Result<()> {
+        let inner = self.inner;
+        let (sp, dp) = (self.sp, self.dp);
+        let dname = self.dname;
+        let ins = match dest {
+            Dest::New => Some(inner.plan_insert(self.dst(), dp, dentry::units_for(dname.len()))?),
+            _ => None,
+        };
+        let victim = match &dest {
+            Dest::Replace(d) | Dest::Exchange(d) => Some(d.header),
+            Dest::New => None,
+        };
+        let mut inos = vec![sp, dp, src.header.ino];
+        inos.extend(victim.map(|v| v.ino));
+        let _locks = inner.stripes.write_many(&inos);
+        let staged = super::ops::stage_for_rename(inner, &inos);
+        let mut st = match staged {
+            Ok(st) => st,
+            Err(e) => {
+                if let Some(i) = &ins {
+                    inner.abandon(i);
+                }
+                return Err(e);
+            }
+        };
+        let checks = (|| {
+            Inner::check_live_dir(st.get(sp), self.sgen)?;
+            Inner::check_live_dir(st.get(dp), self.dgen)?;
+            if let (Dest::Replace(_), Some(v)) = (&dest, victim) {
+                if v.ftype == FileType::Dir && st.get(v.ino).dir_entries > 0 {
+                    return Err(errno(libc::ENOTEMPTY));
+                }
+            }
+            let src_dir = src.header.ftype == FileType::Dir;
+            if src_dir && sp != dp && !matches!(dest, Dest::Replace(_)) && st.get(dp).nlink >= NLINK_MAX {
+                return Err(errno(libc::EMLINK));
+            }
+            Ok(())
+        })();
+        if let Err(e) = checks {
+            if let Some(i) = &ins {
+                inner.abandon(i);
+            }
+            return Err(e);
+        }
+        let now = now_ns();
+        let mut tx = inner.tx();
+        let (pm, geo) = (&inner.pm, &inner.geo);
+        let s_off = self.sidx.unit_off(geo, src.unit);
+        let src_h = src.header;
+        let mut last_link = None;
+        match &dest {
+            Dest::New => {
+                let ins = ins.as_ref().expect("planned");
+                let h = Header::new(src_h.ino, dname.len(), src_h.ftype);
+                let didx: &DirIndex = match self.didx.as_deref() {
+                    Some(d) => d,
+                    None => self.sidx,
+                };
+                inner.stage_insert(&mut tx, didx, dp, ins, &h, dname);
+                tx.write_u64(s_off, 0);
+                st.get(sp).dir_entries -= 1;
+                let d = st.get(dp);
+                d.dir_entries += 1;
+                d.dir_units = ins.plan.new_hw;
+                d.blocks += ins.claim.is_some() as u64;
+            }
+            Dest::Replace(d) => {
+                let d_off = self.dst().unit_off(geo, d.unit);
+                let h = Header::new(src_h.ino, dname.len(), src_h.ftype);
+                tx.write_u64(d_off, h.encode());
+                tx.write_u64(s_off, 0);
+                st.get(sp).dir_entries -= 1;
+                let v = st.get(d.header.ino);
+                v.nlink = if d.header.ftype == FileType::Dir { 0 } else { v.nlink - 1 };
+                v.ctime_ns = now;
+                if v.nlink == 0 {
+                    last_link = Some(d.header);
+                }
+                if d.header.ftype == FileType::Dir {
+                    st.get(dp).nlink -= 1;
+                }
+            }
+            Dest::Exchange(d) => {
+                let d_off = self.dst().unit_off(geo, d.unit);
+                tx.write_u64(d_off, Header::new(src_h.ino, dname.len(), src_h.ftype).encode());
+                tx.write_u64(s_off, Header::new(d.header.ino, self.sname.len(), d.header.ftype).encode());
+                st.get(d.header.ino).ctime_ns = now;
+                if sp != dp && d.header.ftype == FileType::Dir {
+                    st.get(d.header.ino).parent = sp;
+                    st.get(dp).nlink -= 1;
+                    st.get(sp).nlink += 1;
+                }
+            }
+        }
+        if sp != dp && src_h.ftype == FileType::Dir {
+            st.get(src_h.ino).parent = dp;
+            st.get(sp).nlink -= 1;
+            st.get(dp).nlink += 1;
+        }
+        st.get(src_h.ino).ctime_ns = now;
+        for p in [sp, dp] {
+            let p = st.get(p);
+            p.mtime_ns = now;
+            p.ctime_ns = now;
+        }
+        st.write(inner, &mut tx);
+        tx.commit();
+        let _ = pm;
+        // DRAM indexes follow the committed state.
+        if let (Dest::New, Some(ins)) = (&dest, &ins) {
+            self.dst().apply_insert(&ins.plan, dh, ins.claim.map(|c| c.pblk));
+        }
+        if !matches!(dest, Dest::Exchange(_)) {
+            self.sidx.apply_remove(src.unit, src_h.units as u32, sh);
+        }
+        if let Some(v) = last_link {
+            if v.ftype == FileType::Dir {
+                inner.dirs.remove(v.ino);
+            }
+            if !inner.open.is_open(v.ino) {
+                inner.free_inode(v.ino)?;
+            }
+        }
+        Ok(())
+    }
+}

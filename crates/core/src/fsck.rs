@@ -1,0 +1,358 @@
+//! `nvmfs fsck`: checks every invariant of docs/FORMAT.md. It works on a private
+//! copy-on-write view of the image, first doing what a mount would do after a crash (journal
+//! roll-back, stray and reserved slots, orphans, block counts) and reporting that as
+//! recovery, then checking the result strictly:
+//! - superblock and replica agree; geometry fits the image;
+//! - every in-use inode is valid;
+//! - every mapped block belongs to an in-use inode, inside what it may map, once, and can be
+//!   found from its hash home (no free slot inside its probe chain);
+//! - block counts match the mappings;
+//! - directory blocks are mapped, entries are valid, names unique, targets in use with the
+//!   right type; entry counts, `..` parents and link counts agree;
+//! - every inode is reachable from the root (no cycles, no detached trees).
+
+use std::collections::HashSet;
+use std::io;
+use std::path::Path;
+
+use crate::fs::mount::{allowed_blocks, read_superblock, replay_journal, RecoveryReport};
+use crate::layout::dentry::{self, Header, UNITS_PER_BLOCK, UNIT_SIZE};
+use crate::layout::inode::{FileType, Inode, INODE_SIZE};
+use crate::layout::state::{MountState, STATE_CLEAN, STATE_LEN};
+use crate::layout::superblock::{Geometry, Superblock, REPLICA_BLOCK, ROOT_INO, STATE_BLOCK};
+use crate::layout::BLOCK_SIZE;
+use crate::mapping::hashfs::{self, HashFs, RESERVED};
+use crate::mapping::FileMap;
+use crate::media::Pm;
+
+/// e2fsck-compatible exit codes.
+pub const EXIT_CLEAN: i32 = 0;
+pub const EXIT_CORRECTED: i32 = 1;
+pub const EXIT_UNCORRECTED: i32 = 4;
+pub const EXIT_OPERATIONAL: i32 = 8;
+
+/// One inconsistency: which structure, what is wrong, where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub what: String,
+    pub offset: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct FsckReport {
+    pub problems: Vec<Problem>,
+    /// What a mount would repair after an unclean shutdown (not errors).
+    pub recovery: Vec<String>,
+    pub inodes_in_use: u64,
+    pub blocks_in_use: u64,
+    pub directories: u64,
+}
+
+impl FsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    fn problem(&mut self, what: impl Into<String>, offset: u64) {
+        self.problems.push(Problem { what: what.into(), offset });
+    }
+}
+
+/// Checks the image at `path`. Err only for operational failures (cannot open or map).
+pub fn check_image(path: &Path) -> io::Result<FsckReport> {
+    let f = std::fs::File::open(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let len = f.metadata()?.len();
+    if len < 3 * BLOCK_SIZE {
+        let mut r = FsckReport::default();
+        r.problem(format!("image too small to hold a superblock ({len} bytes)"), 0);
+        return Ok(r);
+    }
+    let pm = Pm::map_private(&f, len)?;
+    Ok(check_pm(&pm))
+}
+
+/// Checks the image in `pm`, which it may write (recovery runs on it).
+pub fn check_pm(pm: &Pm) -> FsckReport {
+    let mut r = FsckReport::default();
+    let Some(geo) = check_superblocks(pm, &mut r) else { return r };
+    let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
+    let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
+    if unclean {
+        r.recovery.push("image was not unmounted cleanly: checking it as a mount would recover it".into());
+        let mut rep = RecoveryReport::default();
+        if let Err(c) = replay_journal(pm, &geo, &mut rep) {
+            r.problem(c.what, c.offset);
+        }
+        if rep.lanes_rolled_back + rep.torn_lanes_cleared > 0 {
+            r.recovery.push(format!(
+                "journal: {} operation(s) in flight rolled back, {} torn record(s) discarded",
+                rep.lanes_rolled_back, rep.torn_lanes_cleared
+            ));
+        }
+    }
+    let inodes = check_inodes(pm, &geo, &mut r);
+    let counts = check_table(pm, &geo, &inodes, unclean, &mut r);
+    check_block_counts(&geo, &inodes, &counts, unclean, &mut r);
+    check_tree(pm, &geo, &inodes, unclean, &mut r);
+    r
+}
+
+fn check_superblocks(pm: &Pm, r: &mut FsckReport) -> Option<Geometry> {
+    let (sb, used_replica) = match read_superblock(pm) {
+        Ok(x) => x,
+        Err(e) => {
+            r.problem(format!("superblock and replica both unusable: {e}"), 0);
+            return None;
+        }
+    };
+    if used_replica {
+        r.problem("primary superblock damaged (the replica is intact)", 0);
+    } else {
+        let replica = Superblock::decode(pm.bytes(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize), REPLICA_BLOCK * BLOCK_SIZE);
+        if replica.as_ref() != Ok(&sb) {
+            r.problem("superblock replica damaged or different from the primary", REPLICA_BLOCK * BLOCK_SIZE);
+        }
+    }
+    if sb.geo.total_blocks * BLOCK_SIZE > pm.len() {
+        r.problem(format!("superblock: geometry needs {} bytes, image has {}", sb.geo.total_blocks * BLOCK_SIZE, pm.len()), 0);
+        return None;
+    }
+    Some(sb.geo)
+}
+
+/// Valid in-use inodes by number (None: free or damaged, the latter reported).
+fn check_inodes(pm: &Pm, geo: &Geometry, r: &mut FsckReport) -> Vec<Option<Inode>> {
+    let mut v = vec![None; geo.inode_count as usize];
+    for ino in 1..geo.inode_count {
+        let off = geo.inode_off(ino);
+        let raw = Inode::decode_raw(pm.bytes(off, INODE_SIZE as usize));
+        if raw.is_free() {
+            continue;
+        }
+        match raw.validate(off, geo.inode_count) {
+            Ok(()) => {
+                r.inodes_in_use += 1;
+                v[ino as usize] = Some(raw);
+            }
+            Err(c) => r.problem(format!("inode {ino}: {}", c.what), off),
+        }
+    }
+    match &v[ROOT_INO as usize] {
+        Some(root) if root.is_dir() && root.parent == ROOT_INO as u32 => {}
+        _ => r.problem("root inode is not a directory that is its own parent", geo.inode_off(ROOT_INO)),
+    }
+    v
+}
+
+/// Walks the hash table; returns mapped-block counts per inode.
+fn check_table(pm: &Pm, geo: &Geometry, inodes: &[Option<Inode>], unclean: bool, r: &mut FsckReport) -> Vec<u64> {
+    let table = HashFs::new(geo, 0);
+    let mut counts = vec![0u64; inodes.len()];
+    let mut seen: HashSet<u64> = HashSet::new();
+    let (mut stray, mut reserved) = (0u64, 0u64);
+    let n = geo.data_blocks;
+    // Distance back to the nearest free slot, for the probe-chain check.
+    let last_free = (0..n).rev().find(|&s| pm.load_u64(geo.slot_off(s)) == hashfs::FREE);
+    let mut run_start = last_free.map(|f| f as i64 - n as i64);
+    for s in 0..n {
+        let off = geo.slot_off(s);
+        let v = pm.load_u64(off);
+        if v == hashfs::FREE {
+            run_start = Some(s as i64);
+            continue;
+        }
+        if v == RESERVED {
+            reserved += 1;
+            continue;
+        }
+        let Some((ino, lblk)) = hashfs::split_key(v) else { continue };
+        let owner = inodes.get(ino as usize).and_then(|i| i.as_ref());
+        let allowed = owner.is_some_and(|i| (lblk as u64) < allowed_blocks(i));
+        if !allowed {
+            if owner.is_none() && !unclean {
+                r.problem(format!("hash slot {s}: block mapped to free or damaged inode {ino}"), off);
+            } else if !unclean {
+                r.problem(format!("hash slot {s}: inode {ino} block {lblk} past what the inode may map"), off);
+            }
+            stray += 1;
+            continue;
+        }
+        if !seen.insert(v) {
+            r.problem(format!("hash slot {s}: inode {ino} block {lblk} mapped twice"), off);
+            continue;
+        }
+        if let Some(start) = run_start {
+            if table.probe_distance(v, s) as i64 >= s as i64 - start {
+                r.problem(format!("hash slot {s}: inode {ino} block {lblk} unreachable from its hash home"), off);
+            }
+        }
+        counts[ino as usize] += 1;
+        r.blocks_in_use += 1;
+    }
+    if reserved > 0 {
+        if unclean {
+            r.recovery.push(format!("{reserved} hash slot(s) reserved by operations in flight will be freed"));
+        } else {
+            r.problem(format!("{reserved} hash slot(s) left reserved on a cleanly unmounted image"), geo.slot_off(0));
+        }
+    }
+    if unclean && stray > 0 {
+        r.recovery.push(format!("{stray} block(s) past EOF or of freed inodes will be freed"));
+    }
+    counts
+}
+
+fn check_block_counts(geo: &Geometry, inodes: &[Option<Inode>], counts: &[u64], unclean: bool, r: &mut FsckReport) {
+    let mut fixed = 0;
+    for (ino, i) in inodes.iter().enumerate() {
+        let Some(i) = i else { continue };
+        if i.blocks != counts[ino] {
+            if unclean {
+                fixed += 1;
+            } else {
+                r.problem(format!("inode {ino}: block count {} but {} blocks mapped", i.blocks, counts[ino]), geo.inode_off(ino as u64));
+            }
+        }
+    }
+    if fixed > 0 {
+        r.recovery.push(format!("{fixed} inode block count(s) will be recomputed"));
+    }
+}
+
+/// Directory entries, link counts, parents and reachability.
+fn check_tree(pm: &Pm, geo: &Geometry, inodes: &[Option<Inode>], unclean: bool, r: &mut FsckReport) {
+    let table = HashFs::new(geo, 0);
+    let mut refs = vec![0u32; inodes.len()];
+    let mut children: Vec<Vec<u32>> = vec![Vec::new(); inodes.len()];
+    for (ino, i) in inodes.iter().enumerate() {
+        let Some(i) = i else { continue };
+        if i.file_type() == Some(FileType::Symlink) && allowed_blocks(i) == 1 && table.lookup(pm, ino as u32, 0).is_none() {
+            r.problem(format!("symlink {ino}: target block not mapped"), geo.inode_off(ino as u64));
+        }
+        if !i.is_dir() {
+            continue;
+        }
+        r.directories += 1;
+        let kids = check_dir(pm, geo, &table, ino as u32, i, inodes, r);
+        let subdirs = kids.iter().filter(|&&c| inodes[c as usize].as_ref().is_some_and(|c| c.is_dir())).count() as u32;
+        if i.nlink != 2 + subdirs && i.nlink != 0 {
+            r.problem(format!("directory {ino}: link count {} but {} subdirectories", i.nlink, subdirs), geo.inode_off(ino as u64));
+        }
+        for &c in &kids {
+            refs[c as usize] += 1;
+        }
+        children[ino] = kids;
+    }
+    check_links(geo, inodes, &refs, unclean, r);
+    check_reachable(geo, inodes, &children, r);
+}
+
+fn check_dir(pm: &Pm, geo: &Geometry, table: &HashFs, ino: u32, i: &Inode, inodes: &[Option<Inode>], r: &mut FsckReport) -> Vec<u32> {
+    let mut kids = Vec::new();
+    let mut names: HashSet<Vec<u8>> = HashSet::new();
+    let mut name = Vec::new();
+    for lblk in 0..i.dir_units.div_ceil(UNITS_PER_BLOCK) {
+        let Some(pblk) = table.lookup(pm, ino, lblk) else {
+            r.problem(format!("directory {ino}: block {lblk} not mapped"), geo.inode_off(ino as u64));
+            continue;
+        };
+        let base = geo.data_off(pblk);
+        let limit = (i.dir_units - lblk * UNITS_PER_BLOCK).min(UNITS_PER_BLOCK);
+        let mut u = 0;
+        while u < limit {
+            let off = base + u as u64 * UNIT_SIZE;
+            let h = match Header::decode(pm.load_u64(off), u, off, geo.inode_count) {
+                Ok(Some(h)) if u + h.units as u32 <= limit => h,
+                Ok(Some(_)) => {
+                    r.problem(format!("directory {ino}: entry past the high-water mark"), off);
+                    break;
+                }
+                Ok(None) => {
+                    u += 1;
+                    continue;
+                }
+                Err(c) => {
+                    r.problem(format!("directory {ino}: {}", c.what), off);
+                    u += 1;
+                    continue;
+                }
+            };
+            dentry::name_from_units(pm.bytes(off, h.units as usize * UNIT_SIZE as usize), h.name_len as usize, &mut name);
+            u += h.units as u32;
+            if dentry::validate_name(&name).is_err() {
+                r.problem(format!("directory {ino}: invalid name {:?}", String::from_utf8_lossy(&name)), off);
+                continue;
+            }
+            if !names.insert(name.clone()) {
+                r.problem(format!("directory {ino}: duplicate name {:?}", String::from_utf8_lossy(&name)), off);
+                continue;
+            }
+            match &inodes[h.ino as usize] {
+                None => r.problem(format!("directory {ino}: entry {:?} points at free inode {}", String::from_utf8_lossy(&name), h.ino), off),
+                Some(c) if c.file_type() != Some(h.ftype) => {
+                    r.problem(format!("directory {ino}: entry {:?} type differs from inode {}", String::from_utf8_lossy(&name), h.ino), off)
+                }
+                Some(c) => {
+                    if c.is_dir() && c.parent != ino {
+                        r.problem(format!("directory {}: parent is {} but it is listed in {ino}", h.ino, c.parent), geo.inode_off(h.ino as u64));
+                    }
+                    kids.push(h.ino);
+                }
+            }
+        }
+    }
+    if kids.len() as u32 != i.dir_entries {
+        r.problem(format!("directory {ino}: entry count {} but {} entries found", i.dir_entries, kids.len()), geo.inode_off(ino as u64));
+    }
+    kids
+}
+
+fn check_links(geo: &Geometry, inodes: &[Option<Inode>], refs: &[u32], unclean: bool, r: &mut FsckReport) {
+    let mut orphans = 0;
+    for (ino, i) in inodes.iter().enumerate() {
+        let Some(i) = i else { continue };
+        let off = geo.inode_off(ino as u64);
+        if ino as u64 == ROOT_INO {
+            if refs[ino] != 0 {
+                r.problem("root directory is listed in a directory", off);
+            }
+            continue;
+        }
+        if i.nlink == 0 && refs[ino] == 0 {
+            orphans += 1;
+            continue;
+        }
+        if i.is_dir() {
+            if refs[ino] != 1 {
+                r.problem(format!("directory {ino}: listed {} times", refs[ino]), off);
+            }
+        } else if i.nlink != refs[ino] {
+            r.problem(format!("inode {ino}: link count {} but {} directory entries", i.nlink, refs[ino]), off);
+        }
+    }
+    if orphans > 0 {
+        let what = if unclean { "will be freed at mount" } else { "are open-but-unlinked files of a live mount, or leaked" };
+        r.recovery.push(format!("{orphans} orphan inode(s) (no links) {what}"));
+    }
+}
+
+fn check_reachable(geo: &Geometry, inodes: &[Option<Inode>], children: &[Vec<u32>], r: &mut FsckReport) {
+    let mut reached = vec![false; inodes.len()];
+    let mut stack = vec![ROOT_INO as u32];
+    reached[ROOT_INO as usize] = true;
+    while let Some(d) = stack.pop() {
+        for &c in &children[d as usize] {
+            if !reached[c as usize] {
+                reached[c as usize] = true;
+                stack.push(c);
+            }
+        }
+    }
+    for (ino, i) in inodes.iter().enumerate() {
+        if let Some(i) = i {
+            if !reached[ino] && i.nlink > 0 {
+                r.problem(format!("inode {ino}: not reachable from the root (detached tree or directory cycle)"), geo.inode_off(ino as u64));
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! `nvmfs info`: geometry, use, and the shape of the HashFS table, read from an image
+//! without mounting it (safe on a mounted image: it takes no lock and writes nothing).
+
+use std::io;
+use std::path::Path;
+
+use crate::fs::mount::read_superblock;
+use crate::layout::inode::{FileType, Inode, INODE_SIZE};
+use crate::layout::state::{MountState, STATE_CLEAN, STATE_LEN};
+use crate::layout::superblock::{Geometry, STATE_BLOCK};
+use crate::layout::BLOCK_SIZE;
+use crate::mapping::hashfs::{self, HashFs, RESERVED, TOMBSTONE};
+use crate::media::{FlushKind, MediaMode, Pm};
+
+/// Probe-length histogram buckets: 1, 2, 3-4, 5-8, 9-16, 17-64, >64 slots.
+pub const PROBE_BUCKETS: [&str; 7] = ["1", "2", "3-4", "5-8", "9-16", "17-64", ">64"];
+
+#[derive(Clone, Debug)]
+pub struct Info {
+    pub size_bytes: u64,
+    pub media_mode: MediaMode,
+    pub flush: FlushKind,
+    pub version: u32,
+    pub uuid: String,
+    pub created_ns: u64,
+    pub clean: bool,
+    pub mount_count: u64,
+    pub used_replica: bool,
+    pub geo: Geometry,
+    pub blocks_used: u64,
+    pub inodes_used: u64,
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    pub others: u64,
+    pub mapping: &'static str,
+    pub load_factor: f64,
+    pub tombstones: u64,
+    pub reserved: u64,
+    pub probe_mean: f64,
+    pub probe_max: u64,
+    pub probe_hist: [u64; 7],
+}
+
+fn bucket(probe: u64) -> usize {
+    match probe {
+        0..=1 => 0,
+        2 => 1,
+        3..=4 => 2,
+        5..=8 => 3,
+        9..=16 => 4,
+        17..=64 => 5,
+        _ => 6,
+    }
+}
+
+/// Reads `path` and summarises it.
+pub fn inspect(path: &Path) -> io::Result<Info> {
+    let f = std::fs::File::open(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let len = f.metadata()?.len();
+    if len < 3 * BLOCK_SIZE {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: too small to be an nvmfs image", path.display())));
+    }
+    let pm = Pm::map_file(&f, path, len, false)?;
+    inspect_pm(&pm)
+}
+
+pub fn inspect_pm(pm: &Pm) -> io::Result<Info> {
+    let (sb, used_replica) = read_superblock(pm)?;
+    let geo = sb.geo.clone();
+    if geo.total_blocks * BLOCK_SIZE > pm.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "image is shorter than its superblock says"));
+    }
+    let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
+    let mut info = Info {
+        size_bytes: pm.len(),
+        media_mode: pm.mode(),
+        flush: pm.flush_kind(),
+        version: sb.version,
+        uuid: sb.uuid.iter().map(|b| format!("{b:02x}")).collect(),
+        created_ns: sb.created_ns,
+        clean: state.as_ref().is_some_and(|s| s.state == STATE_CLEAN),
+        mount_count: state.map_or(0, |s| s.mount_count),
+        used_replica,
+        blocks_used: 0,
+        inodes_used: 0,
+        files: 0,
+        dirs: 0,
+        symlinks: 0,
+        others: 0,
+        mapping: "hashfs",
+        load_factor: 0.0,
+        tombstones: 0,
+        reserved: 0,
+        probe_mean: 0.0,
+        probe_max: 0,
+        probe_hist: [0; 7],
+        geo: geo.clone(),
+    };
+    count_inodes(pm, &geo, &mut info);
+    scan_table(pm, &geo, &mut info);
+    Ok(info)
+}
+
+fn count_inodes(pm: &Pm, geo: &Geometry, info: &mut Info) {
+    for ino in 1..geo.inode_count {
+        let i = Inode::decode_raw(pm.bytes(geo.inode_off(ino), INODE_SIZE as usize));
+        if i.is_free() {
+            continue;
+        }
+        info.inodes_used += 1;
+        match i.file_type() {
+            Some(FileType::File) => info.files += 1,
+            Some(FileType::Dir) => info.dirs += 1,
+            Some(FileType::Symlink) => info.symlinks += 1,
+            _ => info.others += 1,
+        }
+    }
+}
+
+fn scan_table(pm: &Pm, geo: &Geometry, info: &mut Info) {
+    let table = HashFs::new(geo, 0);
+    let mut probe_sum = 0u64;
+    for s in 0..geo.data_blocks {
+        let v = pm.load_u64(geo.slot_off(s));
+        match v {
+            hashfs::FREE => {}
+            TOMBSTONE => info.tombstones += 1,
+            RESERVED => info.reserved += 1,
+            k => {
+                info.blocks_used += 1;
+                let probe = table.probe_distance(k, s) + 1;
+                probe_sum += probe;
+                info.probe_max = info.probe_max.max(probe);
+                info.probe_hist[bucket(probe)] += 1;
+            }
+        }
+    }
+    info.load_factor = info.blocks_used as f64 / geo.data_blocks as f64;
+    if info.blocks_used > 0 {
+        info.probe_mean = probe_sum as f64 / info.blocks_used as f64;
+    }
+}

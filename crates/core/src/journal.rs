@@ -1,0 +1,334 @@
+//! Per-lane undo journal: the one mechanism that makes a metadata operation atomic.
+//!
+//! A transaction stages its in-place writes (`write`) and its writes to free space (`fresh`).
+//! `commit` then:
+//! 1. persists the fresh writes and an undo record (old bytes of every staged range) in the
+//!    lane, with a checksum; fence — the record is armed;
+//! 2. applies the staged writes in place and persists them; fence — the operation is done;
+//! 3. clears the record's state word; fence — so recovery will not roll it back.
+//!
+//! Recovery rolls back every armed record whose checksum holds, newest change first. A record
+//! whose checksum fails was torn while arming, before anything was changed in place, so it is
+//! simply cleared. Lanes let threads commit in parallel; a thread keeps its lane.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::layout::superblock::Geometry;
+use crate::layout::{corrupted, get_u32, get_u64, put_u32, put_u64, Corrupted, BLOCK_SIZE};
+use crate::media::Pm;
+
+/// State word of an armed record ("NVJOURNL" read as little-endian).
+pub const ARMED: u64 = u64::from_le_bytes(*b"NVJOURNL");
+const O_STATE: usize = 0;
+const O_SEQ: usize = 8;
+const O_COUNT: usize = 16;
+const O_PAYLOAD_LEN: usize = 20;
+const O_CRC: usize = 24;
+pub const HEADER_LEN: usize = 32;
+/// Each undo entry: offset u64, length u32, reserved u32, then the old bytes padded to 8.
+const ENTRY_HEADER: usize = 16;
+
+#[derive(Default)]
+struct Staging {
+    /// Undo entries as they will be laid out after the header.
+    undo: Vec<u8>,
+    count: u32,
+    /// In-place writes to apply: (offset, start in `redo_bytes`, length).
+    redo: Vec<(u64, usize, usize)>,
+    redo_bytes: Vec<u8>,
+    /// Free-space writes already stored, to persist before arming.
+    fresh: Vec<(u64, usize)>,
+}
+
+impl Staging {
+    fn clear(&mut self) {
+        self.undo.clear();
+        self.count = 0;
+        self.redo.clear();
+        self.redo_bytes.clear();
+        self.fresh.clear();
+    }
+}
+
+pub struct Journal {
+    lanes: Vec<Mutex<Staging>>,
+    lane_offs: Vec<u64>,
+    lane_capacity: usize,
+    seq: AtomicU64,
+}
+
+static NEXT_THREAD_LANE: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static THREAD_LANE: usize = NEXT_THREAD_LANE.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The small per-thread number that picks a journal lane and an inode group.
+pub fn thread_slot() -> usize {
+    THREAD_LANE.with(|l| *l)
+}
+
+impl Journal {
+    pub fn new(geo: &Geometry) -> Journal {
+        Journal {
+            lanes: (0..geo.journal_lanes).map(|_| Mutex::new(Staging::default())).collect(),
+            lane_offs: (0..geo.journal_lanes).map(|l| geo.lane_off(l)).collect(),
+            lane_capacity: geo.lane_blocks as usize * BLOCK_SIZE as usize,
+            seq: AtomicU64::new(1),
+        }
+    }
+
+    /// Starts a transaction on this thread's lane.
+    pub fn begin<'a>(&'a self, pm: &'a Pm) -> Tx<'a> {
+        let lane = thread_slot() % self.lanes.len();
+        let mut staging = self.lanes[lane].lock();
+        staging.clear();
+        Tx { pm, staging, lane_off: self.lane_offs[lane], capacity: self.lane_capacity, seq: &self.seq }
+    }
+}
+
+/// An open transaction. Dropping it without `commit` discards the staged writes (the fresh
+/// writes already stored are in free space and harmless).
+pub struct Tx<'a> {
+    pm: &'a Pm,
+    staging: MutexGuard<'a, Staging>,
+    lane_off: u64,
+    capacity: usize,
+    seq: &'a AtomicU64,
+}
+
+impl Tx<'_> {
+    /// Stages an in-place write of `data` at `off`, logging the bytes there now.
+    pub fn write(&mut self, off: u64, data: &[u8]) {
+        let old = self.pm.bytes(off, data.len()).to_vec();
+        self.write_with_old(off, &old, data);
+    }
+
+    /// Stages an in-place write whose undo value is `old` rather than the current bytes (for
+    /// an entry claimed in DRAM-visible form before the transaction, such as a reserved
+    /// hash-table slot).
+    pub fn write_with_old(&mut self, off: u64, old: &[u8], data: &[u8]) {
+        assert_eq!(old.len(), data.len());
+        let s = &mut *self.staging;
+        s.undo.extend_from_slice(&off.to_le_bytes());
+        s.undo.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        s.undo.extend_from_slice(&[0; 4]);
+        s.undo.extend_from_slice(old);
+        s.undo.resize(s.undo.len().next_multiple_of(8), 0);
+        s.count += 1;
+        let start = s.redo_bytes.len();
+        s.redo_bytes.extend_from_slice(data);
+        s.redo.push((off, start, data.len()));
+        assert!(
+            HEADER_LEN + s.undo.len() <= self.capacity,
+            "transaction larger than a journal lane ({} bytes)",
+            s.undo.len()
+        );
+    }
+
+    pub fn write_u64(&mut self, off: u64, v: u64) {
+        self.write(off, &v.to_le_bytes());
+    }
+
+    /// Stores `data` at `off` in free space now; it is persisted before the record is armed,
+    /// so it is durable before anything points at it.
+    pub fn fresh(&mut self, off: u64, data: &[u8]) {
+        self.pm.write(off, data);
+        self.staging.fresh.push((off, data.len()));
+    }
+
+    /// Zeroes free space (non-temporal: durable at the arming fence).
+    pub fn fresh_zero(&mut self, off: u64, len: usize) {
+        self.pm.zero_nt(off, len);
+    }
+
+    /// Makes the staged writes durable and atomic (see the module comment).
+    pub fn commit(self) {
+        let pm = self.pm;
+        let s = &*self.staging;
+        for &(off, len) in &s.fresh {
+            pm.persist(off, len);
+        }
+        if s.redo.is_empty() {
+            pm.fence();
+            return;
+        }
+        self.arm(s);
+        for &(off, start, len) in &s.redo {
+            let data = &s.redo_bytes[start..start + len];
+            if len == 8 && off % 8 == 0 {
+                // Whole aligned words go in one atomic store: hash-table slots and directory
+                // headers are read concurrently and must never be seen torn.
+                pm.store_u64(off, get_u64(data, 0));
+            } else {
+                pm.write(off, data);
+            }
+            pm.persist(off, len);
+        }
+        pm.fence();
+        pm.store_u64(self.lane_off + O_STATE as u64, 0);
+        pm.persist(self.lane_off, 8);
+        pm.fence();
+    }
+
+    fn arm(&self, s: &Staging) {
+        let pm = self.pm;
+        let mut head = [0u8; HEADER_LEN];
+        put_u64(&mut head, O_SEQ, self.seq.fetch_add(1, Ordering::Relaxed));
+        put_u32(&mut head, O_COUNT, s.count);
+        put_u32(&mut head, O_PAYLOAD_LEN, s.undo.len() as u32);
+        let crc = record_crc(&head, &s.undo);
+        put_u32(&mut head, O_CRC, crc);
+        pm.write(self.lane_off + HEADER_LEN as u64, &s.undo);
+        // Header fields before the state word: stores to one line persist in order, so a
+        // durable state word implies a durable header.
+        pm.write(self.lane_off + 8, &head[8..]);
+        pm.store_u64(self.lane_off, ARMED);
+        pm.persist(self.lane_off, HEADER_LEN + s.undo.len());
+        pm.fence();
+    }
+}
+
+fn record_crc(head: &[u8], payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&head[8..O_CRC]), payload)
+}
+
+/// What recovery found in one lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaneState {
+    Idle,
+    /// An armed record with `entries` undo entries.
+    Armed { entries: u32 },
+    /// An armed state word whose record fails its checksum (torn while arming).
+    Torn,
+}
+
+/// One undo entry of an armed record.
+pub struct UndoEntry {
+    pub off: u64,
+    pub old: Vec<u8>,
+}
+
+/// Reads lane `lane` and decodes its record. Entries must lie inside the metadata area
+/// (`limit`): a record pointing elsewhere is damaged, never applied.
+pub fn read_lane(pm: &Pm, geo: &Geometry, lane: u32, limit: u64) -> Result<(LaneState, Vec<UndoEntry>), Corrupted> {
+    let off = geo.lane_off(lane);
+    let cap = geo.lane_blocks as usize * BLOCK_SIZE as usize;
+    let rec = pm.bytes(off, cap);
+    if get_u64(rec, O_STATE) != ARMED {
+        return Ok((LaneState::Idle, Vec::new()));
+    }
+    let count = get_u32(rec, O_COUNT);
+    let len = get_u32(rec, O_PAYLOAD_LEN) as usize;
+    if len > cap - HEADER_LEN {
+        return Ok((LaneState::Torn, Vec::new()));
+    }
+    let payload = &rec[HEADER_LEN..HEADER_LEN + len];
+    if get_u32(rec, O_CRC) != record_crc(rec, payload) {
+        return Ok((LaneState::Torn, Vec::new()));
+    }
+    let mut entries = Vec::new();
+    let mut at = 0usize;
+    for _ in 0..count {
+        let bad = || corrupted(format!("journal lane {lane}: undo entry"), off + (HEADER_LEN + at) as u64);
+        if at + ENTRY_HEADER > len {
+            return Err(bad());
+        }
+        let e_off = get_u64(payload, at);
+        let e_len = get_u32(payload, at + 8) as usize;
+        let data_at = at + ENTRY_HEADER;
+        if data_at + e_len > len || e_off.checked_add(e_len as u64).is_none_or(|e| e > limit) {
+            return Err(bad());
+        }
+        // The journal itself is never a target.
+        if e_off < geo.itable_start * BLOCK_SIZE {
+            return Err(bad());
+        }
+        entries.push(UndoEntry { off: e_off, old: payload[data_at..data_at + e_len].to_vec() });
+        at = (data_at + e_len).next_multiple_of(8);
+    }
+    Ok((LaneState::Armed { entries: count }, entries))
+}
+
+/// Rolls back an armed record and clears the lane.
+pub fn roll_back(pm: &Pm, geo: &Geometry, lane: u32, entries: &[UndoEntry]) {
+    for e in entries.iter().rev() {
+        pm.write(e.off, &e.old);
+        pm.persist(e.off, e.old.len());
+    }
+    pm.fence();
+    clear_lane(pm, geo, lane);
+}
+
+/// Clears a lane's state word (after a roll-back, or of a torn record).
+pub fn clear_lane(pm: &Pm, geo: &Geometry, lane: u32) {
+    let off = geo.lane_off(lane);
+    pm.store_u64(off, 0);
+    pm.persist(off, 8);
+    pm.fence();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (Pm, Geometry) {
+        let geo = Geometry::compute(256, None).unwrap();
+        (Pm::in_memory(256 * BLOCK_SIZE), geo)
+    }
+
+    #[test]
+    fn committed_tx_leaves_lane_idle() {
+        let (pm, geo) = setup();
+        let j = Journal::new(&geo);
+        let target = geo.itable_start * BLOCK_SIZE + 128;
+        let mut tx = j.begin(&pm);
+        tx.write(target, &[9; 20]);
+        tx.commit();
+        assert_eq!(pm.bytes(target, 20), &[9; 20]);
+        for lane in 0..geo.journal_lanes {
+            let (state, _) = read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap();
+            assert_eq!(state, LaneState::Idle);
+        }
+    }
+
+    #[test]
+    fn armed_record_rolls_back() {
+        let (pm, geo) = setup();
+        let j = Journal::new(&geo);
+        let a = geo.itable_start * BLOCK_SIZE + 256;
+        let b = geo.hash_start * BLOCK_SIZE + 8;
+        pm.write(a, &[1; 16]);
+        let mut tx = j.begin(&pm);
+        tx.write(a, &[2; 16]);
+        tx.write_with_old(b, &0u64.to_le_bytes(), &5u64.to_le_bytes());
+        let lane = (thread_slot() % geo.journal_lanes as usize) as u32;
+        // Arm by hand and apply, as if power failed before the record was cleared.
+        tx.arm(&tx.staging);
+        pm.write(a, &[2; 16]);
+        pm.store_u64(b, 5);
+        drop(tx);
+        let (state, entries) = read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap();
+        assert_eq!(state, LaneState::Armed { entries: 2 });
+        roll_back(&pm, &geo, lane, &entries);
+        assert_eq!(pm.bytes(a, 16), &[1; 16]);
+        assert_eq!(pm.load_u64(b), 0);
+        assert_eq!(read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap().0, LaneState::Idle);
+    }
+
+    #[test]
+    fn torn_record_detected() {
+        let (pm, geo) = setup();
+        let j = Journal::new(&geo);
+        let a = geo.itable_start * BLOCK_SIZE + 256;
+        let mut tx = j.begin(&pm);
+        tx.write(a, &[2; 16]);
+        tx.arm(&tx.staging);
+        drop(tx);
+        let lane = (thread_slot() % geo.journal_lanes as usize) as u32;
+        let off = geo.lane_off(lane) + HEADER_LEN as u64 + 20;
+        pm.write(off, &[0xff]);
+        assert_eq!(read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap().0, LaneState::Torn);
+    }
+}

@@ -1,0 +1,32 @@
+//! nvmfs: a crash-consistent file system for byte-addressable persistent memory, in user
+//! space. It runs on a memory-mapped region (a file in /dev/shm by default), keeps no page
+//! cache, updates in place, and makes every operation durable and atomic before it returns.
+//!
+//! ```no_run
+//! use nvmfs::{Fs, FormatOptions, MountOptions, OpenOptions};
+//! use std::io::Write;
+//! Fs::format("/dev/shm/demo.img", &FormatOptions { size_bytes: 64 << 20, inode_count: None })?;
+//! let fs = Fs::mount("/dev/shm/demo.img", &MountOptions::default())?;
+//! fs.create_dir("/docs")?;
+//! let mut f = OpenOptions::new().write(true).create(true).open(&fs, "/docs/hello.txt")?;
+//! f.write_all(b"hello")?;
+//! drop(f);
+//! fs.unmount()?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+pub mod alloc;
+pub mod fs;
+pub mod fsck;
+pub mod info;
+pub mod journal;
+pub mod layout;
+pub mod mapping;
+pub mod media;
+
+pub use fs::{
+    DirEntry, File, FormatOptions, Fs, Metadata, MountOptions, OpenOptions, RecoveryReport, RenameFlags, SetAttr, SetTime,
+    Statfs,
+};
+pub use layout::inode::FileType;
+pub use layout::Corrupted;

@@ -1,0 +1,273 @@
+//! HashFS (Neal et al., FAST'21): one global linear-probing hash table keyed by
+//! (inode, logical block). The index of the slot holding a key is the physical data block, so
+//! mapping a block and allocating it are one operation: a compare-and-swap on an 8-byte slot.
+//!
+//! Slot values: 0 free (ends a probe chain), 1 tombstone (free, but chains continue past it),
+//! 2 reserved (claimed by an operation in flight; never meant to be durable), and otherwise
+//! the key `ino << 32 | lblk` (ino >= 1, so keys are >= 2^32).
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{Claim, FileMap};
+use crate::layout::superblock::Geometry;
+use crate::media::Pm;
+
+pub const FREE: u64 = 0;
+pub const TOMBSTONE: u64 = 1;
+pub const RESERVED: u64 = 2;
+
+#[inline]
+pub fn key(ino: u32, lblk: u32) -> u64 {
+    (ino as u64) << 32 | lblk as u64
+}
+
+/// Splits a slot value into (ino, lblk); `None` for free, tombstone and reserved slots.
+#[inline]
+pub fn split_key(v: u64) -> Option<(u32, u32)> {
+    (v >> 32 != 0).then_some(((v >> 32) as u32, v as u32))
+}
+
+/// splitmix64's finaliser: every key bit affects every hash bit, so consecutive blocks of a
+/// file land in unrelated slots and the table stays evenly loaded.
+#[inline]
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+pub struct HashFs {
+    table_off: u64,
+    slots: u64,
+    used: AtomicU64,
+}
+
+impl HashFs {
+    /// A table over the geometry's data region; `used` is counted by the mount-time scan.
+    pub fn new(geo: &Geometry, used: u64) -> HashFs {
+        HashFs { table_off: geo.slot_off(0), slots: geo.data_blocks, used: AtomicU64::new(used) }
+    }
+
+    #[inline]
+    pub fn home(&self, k: u64) -> u64 {
+        // Multiply-shift range reduction instead of a division.
+        ((mix(k) as u128 * self.slots as u128) >> 64) as u64
+    }
+
+    #[inline]
+    pub fn slot_off(&self, slot: u64) -> u64 {
+        self.table_off + slot * 8
+    }
+
+    #[inline]
+    fn next(&self, slot: u64) -> u64 {
+        if slot + 1 == self.slots {
+            0
+        } else {
+            slot + 1
+        }
+    }
+
+    /// Distance from a key's home slot to `slot` (probe length - 1).
+    pub fn probe_distance(&self, k: u64, slot: u64) -> u64 {
+        let h = self.home(k);
+        if slot >= h {
+            slot - h
+        } else {
+            slot + self.slots - h
+        }
+    }
+}
+
+impl FileMap for HashFs {
+    fn name(&self) -> &'static str {
+        "hashfs"
+    }
+
+    #[inline]
+    fn lookup(&self, pm: &Pm, ino: u32, lblk: u32) -> Option<u64> {
+        let k = key(ino, lblk);
+        let mut slot = self.home(k);
+        // At most one pass over the table: a full table has no free slot to stop at.
+        for _ in 0..self.slots {
+            match pm.load_u64(self.slot_off(slot)) {
+                FREE => return None,
+                v if v == k => return Some(slot),
+                _ => slot = self.next(slot),
+            }
+        }
+        None
+    }
+
+    #[inline]
+    fn still_maps(&self, pm: &Pm, pblk: u64, ino: u32, lblk: u32) -> bool {
+        pblk < self.slots && pm.load_u64(self.slot_off(pblk)) == key(ino, lblk)
+    }
+
+    #[inline]
+    fn prefetch(&self, pm: &Pm, ino: u32, lblk: u32) {
+        pm.prefetch(self.slot_off(self.home(key(ino, lblk))));
+    }
+
+    fn reserve(&self, count: u64) -> io::Result<()> {
+        let mut cur = self.used.load(Ordering::Relaxed);
+        loop {
+            let new = cur.checked_add(count).filter(|n| *n <= self.slots);
+            let Some(new) = new else {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            };
+            match self.used.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Ok(()),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    fn unreserve(&self, count: u64) {
+        self.used.fetch_sub(count, Ordering::AcqRel);
+    }
+
+    fn claim(&self, pm: &Pm, ino: u32, lblk: u32) -> io::Result<Claim> {
+        let mut slot = self.home(key(ino, lblk));
+        for _ in 0..self.slots {
+            let off = self.slot_off(slot);
+            let v = pm.load_u64(off);
+            if (v == FREE || v == TOMBSTONE) && pm.cas_u64(off, v, RESERVED).is_ok() {
+                return Ok(Claim { pblk: slot, prior: v });
+            }
+            slot = self.next(slot);
+        }
+        // A reservation guarantees a free slot; reaching here means the count is wrong.
+        Err(io::Error::new(io::ErrorKind::Other, "hash table full despite a reservation"))
+    }
+
+    fn abandon(&self, pm: &Pm, claim: Claim) {
+        pm.store_u64(self.slot_off(claim.pblk), claim.prior);
+        self.unreserve(1);
+    }
+
+    fn publish_entry(&self, claim: Claim, ino: u32, lblk: u32) -> (u64, u64) {
+        (self.slot_off(claim.pblk), key(ino, lblk))
+    }
+
+    fn unmap_entry(&self, pblk: u64) -> (u64, u64) {
+        (self.slot_off(pblk), TOMBSTONE)
+    }
+
+    fn freed(&self, count: u64) {
+        self.used.fetch_sub(count, Ordering::AcqRel);
+    }
+
+    fn used_blocks(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn total_blocks(&self) -> u64 {
+        self.slots
+    }
+}
+
+/// Turns every tombstone that ends a chain (followed by a free slot) into a free slot, so
+/// misses stop early. Single-threaded: runs at mount, before any operation.
+pub fn compact_tombstones(pm: &Pm, geo: &Geometry) -> u64 {
+    let n = geo.data_blocks;
+    let off = |s: u64| geo.slot_off(s);
+    // Start just before a free slot and walk backwards around the ring once.
+    let Some(start) = (0..n).find(|&s| pm.load_u64(off(s)) == FREE) else {
+        return 0;
+    };
+    let mut converted = 0;
+    let mut next_free = true;
+    let mut s = start;
+    for _ in 0..n {
+        s = if s == 0 { n - 1 } else { s - 1 };
+        let v = pm.load_u64(off(s));
+        if v == TOMBSTONE && next_free {
+            pm.store_u64(off(s), FREE);
+            pm.persist(off(s), 8);
+            converted += 1;
+            continue;
+        }
+        next_free = v == FREE;
+    }
+    pm.fence();
+    converted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::BLOCK_SIZE;
+
+    fn setup(blocks: u64) -> (Pm, Geometry, HashFs) {
+        let geo = Geometry::compute(blocks, Some(64)).unwrap();
+        let pm = Pm::in_memory(blocks * BLOCK_SIZE);
+        let h = HashFs::new(&geo, 0);
+        (pm, geo, h)
+    }
+
+    fn map(h: &HashFs, pm: &Pm, ino: u32, lblk: u32) -> u64 {
+        h.reserve(1).unwrap();
+        let c = h.claim(pm, ino, lblk).unwrap();
+        h.publish(pm, c, ino, lblk);
+        c.pblk
+    }
+
+    #[test]
+    fn map_lookup_unmap() {
+        let (pm, _geo, h) = setup(200);
+        let mut placed = std::collections::HashMap::new();
+        for lblk in 0..50 {
+            let p = map(&h, &pm, 3, lblk);
+            assert!(placed.insert(p, lblk).is_none(), "block handed out twice");
+        }
+        for (&p, &lblk) in &placed {
+            assert_eq!(h.lookup(&pm, 3, lblk), Some(p));
+        }
+        assert_eq!(h.lookup(&pm, 4, 0), None);
+        let p = h.lookup(&pm, 3, 10).unwrap();
+        let (off, v) = h.unmap_entry(p);
+        pm.store_u64(off, v);
+        h.freed(1);
+        assert_eq!(h.lookup(&pm, 3, 10), None);
+        // Chains through the tombstone still resolve.
+        for (&p, &lblk) in placed.iter().filter(|(_, &l)| l != 10) {
+            assert_eq!(h.lookup(&pm, 3, lblk), Some(p));
+        }
+        assert_eq!(h.used_blocks(), 49);
+    }
+
+    #[test]
+    fn full_table_gives_enospc_and_every_block_once() {
+        let (pm, geo, h) = setup(100);
+        let n = geo.data_blocks;
+        let mut seen = vec![false; n as usize];
+        for lblk in 0..n as u32 {
+            let p = map(&h, &pm, 1, lblk);
+            assert!(!seen[p as usize]);
+            seen[p as usize] = true;
+        }
+        assert_eq!(h.reserve(1).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+        for lblk in 0..n as u32 {
+            assert!(h.lookup(&pm, 1, lblk).is_some());
+        }
+        assert_eq!(h.lookup(&pm, 2, 0), None);
+    }
+
+    #[test]
+    fn compaction_keeps_every_mapping() {
+        let (pm, geo, h) = setup(300);
+        for lblk in 0..200 {
+            map(&h, &pm, 7, lblk);
+        }
+        for lblk in (0..200).step_by(3) {
+            let p = h.lookup(&pm, 7, lblk).unwrap();
+            pm.store_u64(geo.slot_off(p), TOMBSTONE);
+        }
+        compact_tombstones(&pm, &geo);
+        for lblk in 0..200 {
+            assert_eq!(h.lookup(&pm, 7, lblk).is_some(), lblk % 3 != 0, "lblk {lblk}");
+        }
+    }
+}

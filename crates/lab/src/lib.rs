@@ -1,0 +1,7 @@
+//! Benchmarks for nvmfs, used by the `nvmfs bench ...` commands of the CLI.
+//!
+//! [`micro`] runs the same microbenchmark workloads on nvmfs (in-process) and
+//! on kernel file systems (through system calls) and reports ops/s and latency
+//! percentiles side by side.
+
+pub mod micro;

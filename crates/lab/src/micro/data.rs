@@ -1,0 +1,161 @@
+//! Data-path workloads: 4 KiB random and 1 MiB sequential I/O on one big
+//! pre-written file, and 4 KiB appends.
+
+use super::fs::{MicroFile, MicroFs};
+use super::measure::{measure, Measured, Workload};
+use super::session::Session;
+use std::io;
+
+pub const BLOCK: usize = 4096;
+pub const CHUNK: usize = 1 << 20;
+
+/// Non-zero bytes, so no target can take a shortcut for zero-filled data.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v);
+    v
+}
+
+/// The shared data file, written (untimed) the first time a workload needs
+/// it and then reused, so a 1 GiB file is written once per target.
+fn data_file<'s, F: MicroFs>(s: &'s mut Session<'_, F>) -> io::Result<&'s F::Name> {
+    if s.data_file.is_none() {
+        let size = s.params.data_size;
+        s.say(&format!("setup: writing {} MiB data file", size >> 20));
+        let name = s.fs.name("data");
+        let file = s.fs.create(&name)?;
+        let chunk = pattern(CHUNK, 1);
+        for offset in (0..size).step_by(CHUNK) {
+            file.write_all_at(&chunk, offset)?;
+        }
+        s.data_file = Some(name);
+    }
+    Ok(s.data_file.as_ref().expect("just written"))
+}
+
+/// Positional I/O of `buf.len()` bytes at an offset chosen by `next`.
+struct Positional<File, Next> {
+    file: File,
+    buf: Vec<u8>,
+    write: bool,
+    offset: u64,
+    next: Next,
+}
+
+impl<File: MicroFile, Next: FnMut() -> u64> Workload for Positional<File, Next> {
+    fn prepare(&mut self) -> io::Result<bool> {
+        self.offset = (self.next)();
+        Ok(true)
+    }
+
+    fn op(&mut self) -> io::Result<()> {
+        if self.write {
+            self.file.write_all_at(&self.buf, self.offset)
+        } else {
+            self.file.read_exact_at(&mut self.buf, self.offset)
+        }
+    }
+}
+
+/// randread-4k / overwrite-4k: uniformly random 4 KiB-aligned offsets.
+pub fn random_4k<F: MicroFs>(s: &mut Session<'_, F>, write: bool) -> io::Result<Measured> {
+    let blocks = s.params.data_size / BLOCK as u64;
+    let fs = s.fs;
+    let file = fs.open_rw(data_file(s)?)?;
+    // Fixed seed: every target sees the same offset sequence.
+    let mut rng = fastrand::Rng::with_seed(4096);
+    let mut w = Positional {
+        file,
+        buf: pattern(BLOCK, 2),
+        write,
+        offset: 0,
+        next: move || rng.u64(0..blocks) * BLOCK as u64,
+    };
+    measure(&mut w, &s.limits())
+}
+
+/// seqread-1m / seqwrite-1m: consecutive 1 MiB chunks, wrapping at the end.
+pub fn sequential_1m<F: MicroFs>(s: &mut Session<'_, F>, write: bool) -> io::Result<Measured> {
+    let chunks = s.params.data_size / CHUNK as u64;
+    let fs = s.fs;
+    let file = fs.open_rw(data_file(s)?)?;
+    let mut i = 0u64;
+    let mut w = Positional {
+        file,
+        buf: pattern(CHUNK, 3),
+        write,
+        offset: 0,
+        next: move || {
+            let offset = i * CHUNK as u64;
+            i = (i + 1) % chunks;
+            offset
+        },
+    };
+    measure(&mut w, &s.limits())
+}
+
+/// 4 KiB appends to one file. The file is bounded (memory is), so when it
+/// reaches `cap` it is deleted and started anew, outside the clock.
+struct Append<'a, F: MicroFs> {
+    fs: &'a F,
+    name: F::Name,
+    file: Option<F::File>,
+    len: u64,
+    cap: u64,
+    buf: Vec<u8>,
+    restarts: u64,
+}
+
+impl<F: MicroFs> Append<'_, F> {
+    fn restart(&mut self) -> io::Result<()> {
+        self.file = None; // close before unlinking
+        self.fs.unlink(&self.name)?;
+        self.file = Some(self.fs.open_append(&self.name)?);
+        self.len = 0;
+        self.restarts += 1;
+        Ok(())
+    }
+}
+
+impl<F: MicroFs> Workload for Append<'_, F> {
+    fn prepare(&mut self) -> io::Result<bool> {
+        if self.len + self.buf.len() as u64 > self.cap {
+            self.restart()?;
+        }
+        Ok(true)
+    }
+
+    fn op(&mut self) -> io::Result<()> {
+        let file = self.file.as_mut().expect("open between restarts");
+        file.append(&self.buf)?;
+        self.len += self.buf.len() as u64;
+        Ok(())
+    }
+}
+
+/// append-4k on a fresh file; the file is removed afterwards.
+pub fn append_4k<F: MicroFs>(s: &mut Session<'_, F>) -> io::Result<(Measured, Vec<String>)> {
+    let name = s.fs.name("append");
+    let mut w = Append {
+        fs: s.fs,
+        file: Some(s.fs.open_append(&name)?),
+        name,
+        len: 0,
+        cap: s.params.data_size,
+        buf: pattern(BLOCK, 4),
+        restarts: 0,
+    };
+    let m = measure(&mut w, &s.limits())?;
+    w.file = None;
+    s.fs.unlink(&w.name)?;
+    let mut notes = Vec::new();
+    if w.restarts > 0 {
+        notes.push(format!(
+            "file restarted {} times at {} MiB (unlink + create untimed)",
+            w.restarts,
+            w.cap >> 20
+        ));
+    }
+    Ok((m, notes))
+}

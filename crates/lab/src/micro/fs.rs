@@ -1,0 +1,119 @@
+//! The narrow file-system interface the workloads are written against.
+//!
+//! Workloads are generic over [`MicroFs`] (monomorphised, no `dyn`), so each
+//! target pays exactly its own call cost on the data path and nothing else.
+
+use std::io;
+
+/// An open file of a benchmark target.
+pub trait MicroFile {
+    /// One positional read (`pread` on kernel targets).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// One positional write (`pwrite` on kernel targets).
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at the end of a file opened with [`MicroFs::open_append`].
+    fn append(&mut self, buf: &[u8]) -> io::Result<()>;
+
+    /// Fills `buf` from `offset`; short reads are retried (normally there is one call).
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset)? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes all of `buf` at `offset`; short writes are retried (normally there is one call).
+    fn write_all_at(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.write_at(buf, offset)? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n => {
+                    buf = &buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A benchmark target: a directory tree the workloads may do anything in.
+pub trait MicroFs {
+    /// A path resolved ahead of time, so that building path strings (joining,
+    /// formatting numbers) is done during setup and not inside timed ops.
+    type Name;
+    type File: MicroFile;
+
+    /// Resolves `rel` (relative to the target's root, `/`-separated).
+    fn name(&self, rel: &str) -> Self::Name;
+    /// Creates a directory; an existing one is an error.
+    fn mkdir(&self, name: &Self::Name) -> io::Result<()>;
+    /// Creates (or truncates) a file for reading and writing.
+    fn create(&self, name: &Self::Name) -> io::Result<Self::File>;
+    /// Opens an existing file read-only.
+    fn open_read(&self, name: &Self::Name) -> io::Result<Self::File>;
+    /// Opens an existing file for reading and writing.
+    fn open_rw(&self, name: &Self::Name) -> io::Result<Self::File>;
+    /// Opens a file in append mode, creating it if needed.
+    fn open_append(&self, name: &Self::Name) -> io::Result<Self::File>;
+    /// Looks up a path and returns the file's length.
+    fn stat(&self, name: &Self::Name) -> io::Result<u64>;
+    /// Removes a file.
+    fn unlink(&self, name: &Self::Name) -> io::Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// A file whose read_at/write_at move at most 3 bytes per call.
+    struct Trickle(RefCell<Vec<u8>>);
+
+    impl MicroFile for Trickle {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let data = self.0.borrow();
+            let start = (offset as usize).min(data.len());
+            let n = buf.len().min(3).min(data.len() - start);
+            buf[..n].copy_from_slice(&data[start..start + n]);
+            Ok(n)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+            let mut data = self.0.borrow_mut();
+            let n = buf.len().min(3);
+            let end = offset as usize + n;
+            if data.len() < end {
+                data.resize(end, 0);
+            }
+            data[offset as usize..end].copy_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+            self.0.get_mut().extend_from_slice(buf);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn exact_helpers_retry_short_transfers() {
+        let f = Trickle(RefCell::new(Vec::new()));
+        f.write_all_at(b"hello world", 2).unwrap();
+        let mut buf = [0u8; 11];
+        f.read_exact_at(&mut buf, 2).unwrap();
+        assert_eq!(&buf, b"hello world");
+    }
+
+    #[test]
+    fn read_exact_reports_eof() {
+        let f = Trickle(RefCell::new(b"abc".to_vec()));
+        let mut buf = [0u8; 8];
+        let err = f.read_exact_at(&mut buf, 0).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
+}

@@ -1,0 +1,120 @@
+//! The `nvmfs` target: the library in-process on a fresh image file.
+
+use super::fs::{MicroFile, MicroFs};
+use super::sys::{annotate, ScratchFile};
+use nvmfs::{File, FormatOptions, Fs, MountOptions, OpenOptions};
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+/// A freshly formatted and mounted nvmfs image. Dropping it unmounts and
+/// deletes the image, so nothing is left behind on error either.
+pub struct NvmfsTarget {
+    // Declared before `image`: fields drop in order, but `Drop` below
+    // unmounts explicitly first anyway.
+    fs: Option<Fs>,
+    image: ScratchFile,
+}
+
+impl NvmfsTarget {
+    /// Formats `image` (which must not exist yet) and mounts it.
+    pub fn create(image: PathBuf, size_bytes: u64, inode_count: u64) -> io::Result<Self> {
+        let image = ScratchFile::claim(image)?;
+        let opts = FormatOptions {
+            size_bytes,
+            inode_count: Some(inode_count),
+        };
+        Fs::format(image.path(), &opts)
+            .map_err(|e| annotate(e, "cannot format nvmfs image", image.path()))?;
+        let fs = Fs::mount(image.path(), &MountOptions::default())
+            .map_err(|e| annotate(e, "cannot mount nvmfs image", image.path()))?;
+        Ok(NvmfsTarget {
+            fs: Some(fs),
+            image,
+        })
+    }
+
+    /// Unmounts cleanly, reporting errors (the image is deleted on drop).
+    pub fn close(mut self) -> io::Result<()> {
+        match self.fs.take() {
+            Some(fs) => fs.unmount(),
+            None => Ok(()),
+        }
+    }
+
+    fn fs(&self) -> &Fs {
+        self.fs.as_ref().expect("mounted until closed")
+    }
+}
+
+impl Drop for NvmfsTarget {
+    fn drop(&mut self) {
+        if let Some(fs) = self.fs.take() {
+            if let Err(e) = fs.unmount() {
+                eprintln!("warning: unmounting {}: {e}", self.image.path().display());
+            }
+        }
+    }
+}
+
+impl MicroFs for NvmfsTarget {
+    type Name = String;
+    type File = File;
+
+    fn name(&self, rel: &str) -> String {
+        format!("/{}", rel.trim_start_matches('/'))
+    }
+
+    fn mkdir(&self, name: &String) -> io::Result<()> {
+        self.fs().create_dir(name.as_str())
+    }
+
+    fn create(&self, name: &String) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(self.fs(), name.as_str())
+    }
+
+    fn open_read(&self, name: &String) -> io::Result<File> {
+        OpenOptions::new().read(true).open(self.fs(), name.as_str())
+    }
+
+    fn open_rw(&self, name: &String) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.fs(), name.as_str())
+    }
+
+    fn open_append(&self, name: &String) -> io::Result<File> {
+        OpenOptions::new()
+            .write(true)
+            .append(true)
+            .create(true)
+            .open(self.fs(), name.as_str())
+    }
+
+    fn stat(&self, name: &String) -> io::Result<u64> {
+        self.fs().metadata(name.as_str()).map(|m| m.len())
+    }
+
+    fn unlink(&self, name: &String) -> io::Result<()> {
+        self.fs().remove_file(name.as_str())
+    }
+}
+
+impl MicroFile for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        File::read_at(self, buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        File::write_at(self, buf, offset)
+    }
+
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.write_all(buf)
+    }
+}

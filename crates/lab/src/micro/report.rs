@@ -1,0 +1,207 @@
+//! Benchmark records, the console table and the JSON file.
+
+use super::measure::{Measured, Percentiles};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+
+/// What a target is, for comparing nvmfs against the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetKind {
+    /// The nvmfs library, in-process.
+    Nvmfs,
+    /// A kernel file system through system calls (tmpfs, dir:PATH).
+    Kernel,
+    /// A no-file-system reference (memcpy).
+    Reference,
+}
+
+/// The result of one workload on one target (one element of the JSON array).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Record {
+    pub workload: String,
+    /// "nvmfs", "tmpfs", "dir:PATH" or "memcpy".
+    pub target: String,
+    pub kind: TargetKind,
+    /// Measured ops (warm-up excluded).
+    pub ops: u64,
+    /// Time spent inside the measured ops (sum of their latencies).
+    pub elapsed_s: f64,
+    /// Wall-clock length of the measured phase, including untimed
+    /// preparation between ops (offset choice, file rotation).
+    pub wall_s: f64,
+    /// `ops / elapsed_s`.
+    pub ops_per_sec: f64,
+    /// Payload bytes per op (0 for metadata workloads).
+    pub bytes_per_op: u64,
+    pub mib_per_sec: f64,
+    pub latency_ns: Percentiles,
+    /// `ops_per_sec` over the best kernel target's on this workload;
+    /// `None` when no kernel target ran it.
+    pub ratio_to_best_kernel: Option<f64>,
+    pub notes: Vec<String>,
+}
+
+impl Record {
+    pub(crate) fn new(
+        workload: &str,
+        target: &str,
+        kind: TargetKind,
+        bytes_per_op: u64,
+        m: &Measured,
+        notes: Vec<String>,
+    ) -> Self {
+        let ops_per_sec = m.ops_per_sec();
+        Record {
+            workload: workload.to_string(),
+            target: target.to_string(),
+            kind,
+            ops: m.ops,
+            elapsed_s: m.busy.as_secs_f64(),
+            wall_s: m.wall.as_secs_f64(),
+            ops_per_sec,
+            bytes_per_op,
+            mib_per_sec: ops_per_sec * bytes_per_op as f64 / (1u64 << 20) as f64,
+            latency_ns: m.latency,
+            ratio_to_best_kernel: None,
+            notes,
+        }
+    }
+
+    /// One progress line: "randread-4k: 1,234,567 ops/s, p50 812ns, p99 1.9µs".
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: {} ops/s, p50 {}, p99 {}",
+            self.workload,
+            group_thousands(self.ops_per_sec.round() as u64),
+            format_ns(self.latency_ns.p50),
+            format_ns(self.latency_ns.p99)
+        )
+    }
+}
+
+/// Sets every record's ratio to the best kernel target of its workload.
+pub(crate) fn fill_ratios(records: &mut [Record]) {
+    let mut best: BTreeMap<String, f64> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.kind == TargetKind::Kernel) {
+        let b = best.entry(r.workload.clone()).or_insert(0.0);
+        *b = b.max(r.ops_per_sec);
+    }
+    for r in records.iter_mut() {
+        r.ratio_to_best_kernel = best
+            .get(&r.workload)
+            .filter(|b| **b > 0.0)
+            .map(|b| r.ops_per_sec / b);
+    }
+}
+
+/// The console table, followed by the notes attached to the records.
+pub fn format_table(records: &[Record]) -> String {
+    let tw = records
+        .iter()
+        .map(|r| r.target.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("target".len());
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<14} {:<tw$} {:>14} {:>9} {:>9} {:>10}",
+        "workload", "target", "ops/s", "p50", "p99", "vs kernel"
+    );
+    for r in records {
+        let ratio = r
+            .ratio_to_best_kernel
+            .map_or_else(|| "-".to_string(), |x| format!("{x:.2}x"));
+        let _ = writeln!(
+            out,
+            "{:<14} {:<tw$} {:>14} {:>9} {:>9} {:>10}",
+            r.workload,
+            r.target,
+            group_thousands(r.ops_per_sec.round() as u64),
+            format_ns(r.latency_ns.p50),
+            format_ns(r.latency_ns.p99),
+            ratio
+        );
+    }
+    out.push_str(&format_notes(records));
+    out
+}
+
+/// Each distinct note once, with the targets (and workload, if only one)
+/// it applies to.
+fn format_notes(records: &[Record]) -> String {
+    let mut by_note: BTreeMap<&str, (Vec<&str>, Vec<&str>)> = BTreeMap::new();
+    for r in records {
+        for n in &r.notes {
+            let (targets, workloads) = by_note.entry(n).or_default();
+            if !targets.contains(&r.target.as_str()) {
+                targets.push(&r.target);
+            }
+            if !workloads.contains(&r.workload.as_str()) {
+                workloads.push(&r.workload);
+            }
+        }
+    }
+    let mut out = String::new();
+    if !by_note.is_empty() {
+        out.push_str("notes:\n");
+    }
+    for (note, (targets, workloads)) in by_note {
+        let scope = match workloads.as_slice() {
+            [one] => format!("{one} on {}", targets.join(", ")),
+            _ => targets.join(", "),
+        };
+        let _ = writeln!(out, "  - {scope}: {note}");
+    }
+    out
+}
+
+/// Prints [`format_table`] to stdout.
+pub fn print_table(records: &[Record]) {
+    print!("{}", format_table(records));
+}
+
+/// The records as a pretty-printed JSON array (no wrapper object).
+pub fn to_json(records: &[Record]) -> String {
+    serde_json::to_string_pretty(records).expect("records serialize")
+}
+
+/// Writes [`to_json`] to `path` (the `--json FILE` output).
+pub fn write_json(path: &Path, records: &[Record]) -> io::Result<()> {
+    let mut text = to_json(records);
+    text.push('\n');
+    std::fs::write(path, text)
+}
+
+/// 1234567 -> "1,234,567".
+pub fn group_thousands(n: u64) -> String {
+    let digits = n.to_string();
+    // The leading group has 1-3 digits, every later one exactly 3.
+    let first = match digits.len() % 3 {
+        0 => 3,
+        r => r,
+    };
+    let mut out = digits[..first].to_string();
+    for group in digits.as_bytes()[first..].chunks(3) {
+        out.push(',');
+        out.push_str(std::str::from_utf8(group).expect("ASCII digits"));
+    }
+    out
+}
+
+/// A latency with a unit that keeps 2-3 significant digits.
+pub fn format_ns(ns: u64) -> String {
+    let x = ns as f64;
+    match ns {
+        0..=999 => format!("{ns}ns"),
+        1_000..=9_999 => format!("{:.2}µs", x / 1e3),
+        10_000..=99_999 => format!("{:.1}µs", x / 1e3),
+        100_000..=999_999 => format!("{:.0}µs", x / 1e3),
+        1_000_000..=999_999_999 => format!("{:.2}ms", x / 1e6),
+        _ => format!("{:.2}s", x / 1e9),
+    }
+}

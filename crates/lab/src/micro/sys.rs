@@ -1,0 +1,182 @@
+//! Kernel targets (`tmpfs`, `dir:PATH`): plain std / `FileExt` system calls.
+//!
+//! No fsync anywhere: the benchmark compares nvmfs against the plain syscall
+//! path (see the notes attached to the records).
+
+use super::fs::{MicroFile, MicroFs};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// A directory on a kernel file system, accessed through system calls.
+pub struct SysFs {
+    root: PathBuf,
+}
+
+impl SysFs {
+    pub fn new(root: &Path) -> Self {
+        SysFs {
+            root: root.to_path_buf(),
+        }
+    }
+}
+
+impl MicroFs for SysFs {
+    type Name = PathBuf;
+    type File = File;
+
+    fn name(&self, rel: &str) -> PathBuf {
+        self.root.join(rel.trim_start_matches('/'))
+    }
+
+    fn mkdir(&self, name: &PathBuf) -> io::Result<()> {
+        fs::create_dir(name)
+    }
+
+    fn create(&self, name: &PathBuf) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(name)
+    }
+
+    fn open_read(&self, name: &PathBuf) -> io::Result<File> {
+        File::open(name)
+    }
+
+    fn open_rw(&self, name: &PathBuf) -> io::Result<File> {
+        OpenOptions::new().read(true).write(true).open(name)
+    }
+
+    fn open_append(&self, name: &PathBuf) -> io::Result<File> {
+        OpenOptions::new().append(true).create(true).open(name)
+    }
+
+    fn stat(&self, name: &PathBuf) -> io::Result<u64> {
+        fs::metadata(name).map(|m| m.len())
+    }
+
+    fn unlink(&self, name: &PathBuf) -> io::Result<()> {
+        fs::remove_file(name)
+    }
+}
+
+impl MicroFile for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        FileExt::read_at(self, buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        FileExt::write_at(self, buf, offset)
+    }
+
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.write_all(buf)
+    }
+}
+
+/// A directory created fresh for one target and removed with everything in
+/// it when dropped, so scratch data goes away on success, error and panic.
+pub struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    /// Creates `path`; fails if it already exists, so a leftover of another
+    /// run (or a directory that is not ours) is never reused or deleted.
+    pub fn create(path: PathBuf) -> io::Result<Self> {
+        fs::create_dir(&path).map_err(|e| annotate(e, "cannot create scratch directory", &path))?;
+        Ok(ScratchDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir_all(&self.path) {
+            if e.kind() != io::ErrorKind::NotFound {
+                eprintln!("warning: cannot remove {}: {e}", self.path.display());
+            }
+        }
+    }
+}
+
+/// A file path owned by the benchmark, removed when dropped.
+pub struct ScratchFile {
+    path: PathBuf,
+}
+
+impl ScratchFile {
+    /// Claims `path` by creating it exclusively (never clobbers a foreign file).
+    pub fn claim(path: PathBuf) -> io::Result<Self> {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| annotate(e, "cannot create", &path))?;
+        Ok(ScratchFile { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_file(&self.path) {
+            if e.kind() != io::ErrorKind::NotFound {
+                eprintln!("warning: cannot remove {}: {e}", self.path.display());
+            }
+        }
+    }
+}
+
+/// Adds the path to an error so the CLI's message says what failed.
+pub fn annotate(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_dir_is_fresh_and_removed_recursively() {
+        let parent = tempfile::tempdir().unwrap();
+        let path = parent.path().join("s");
+        {
+            let dir = ScratchDir::create(path.clone()).unwrap();
+            fs::create_dir(dir.path().join("sub")).unwrap();
+            fs::write(dir.path().join("sub/f"), b"x").unwrap();
+            // A second claim on the same path must fail, not share it.
+            assert!(ScratchDir::create(path.clone()).is_err());
+        }
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn scratch_file_never_clobbers() {
+        let parent = tempfile::tempdir().unwrap();
+        let path = parent.path().join("img");
+        fs::write(&path, b"foreign").unwrap();
+        assert!(ScratchFile::claim(path.clone()).is_err());
+        assert_eq!(fs::read(&path).unwrap(), b"foreign");
+        fs::remove_file(&path).unwrap();
+        drop(ScratchFile::claim(path.clone()).unwrap());
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn names_are_relative_to_root() {
+        let fs = SysFs::new(Path::new("/r"));
+        assert_eq!(fs.name("/a/b"), PathBuf::from("/r/a/b"));
+        assert_eq!(fs.name("a/b"), PathBuf::from("/r/a/b"));
+    }
+}
