@@ -32,7 +32,10 @@ impl InodeAlloc {
         for l in &mut lists {
             l.reverse();
         }
-        InodeAlloc { groups: lists.into_iter().map(Mutex::new).collect(), free: AtomicU64::new(free) }
+        InodeAlloc {
+            groups: lists.into_iter().map(Mutex::new).collect(),
+            free: AtomicU64::new(free),
+        }
     }
 
     /// Takes a free inode number, preferring this thread's group.
@@ -50,7 +53,9 @@ impl InodeAlloc {
 
     /// Returns an inode number whose record is now free on media.
     pub fn free(&self, ino: u32) {
-        self.groups[(ino as u64 / GROUP_INODES) as usize].lock().push(ino);
+        self.groups[(ino as u64 / GROUP_INODES) as usize]
+            .lock()
+            .push(ino);
         self.free.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -82,7 +87,9 @@ mod tests {
         let hs: Vec<_> = (0..4)
             .map(|_| {
                 let a = a.clone();
-                std::thread::spawn(move || (0..3000).map(|_| a.alloc().unwrap()).collect::<Vec<_>>())
+                std::thread::spawn(move || {
+                    (0..3000).map(|_| a.alloc().unwrap()).collect::<Vec<_>>()
+                })
             })
             .collect();
         let mut all: Vec<u32> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();

@@ -54,17 +54,24 @@ impl FsckReport {
     }
 
     fn problem(&mut self, what: impl Into<String>, offset: u64) {
-        self.problems.push(Problem { what: what.into(), offset });
+        self.problems.push(Problem {
+            what: what.into(),
+            offset,
+        });
     }
 }
 
 /// Checks the image at `path`. Err only for operational failures (cannot open or map).
 pub fn check_image(path: &Path) -> io::Result<FsckReport> {
-    let f = std::fs::File::open(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let f = std::fs::File::open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     let len = f.metadata()?.len();
     if len < 3 * BLOCK_SIZE {
         let mut r = FsckReport::default();
-        r.problem(format!("image too small to hold a superblock ({len} bytes)"), 0);
+        r.problem(
+            format!("image too small to hold a superblock ({len} bytes)"),
+            0,
+        );
         return Ok(r);
     }
     let pm = Pm::map_private(&f, len)?;
@@ -74,11 +81,15 @@ pub fn check_image(path: &Path) -> io::Result<FsckReport> {
 /// Checks the image in `pm`, which it may write (recovery runs on it).
 pub fn check_pm(pm: &Pm) -> FsckReport {
     let mut r = FsckReport::default();
-    let Some(geo) = check_superblocks(pm, &mut r) else { return r };
+    let Some(geo) = check_superblocks(pm, &mut r) else {
+        return r;
+    };
     let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
     let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
     if unclean {
-        r.recovery.push("image was not unmounted cleanly: checking it as a mount would recover it".into());
+        r.recovery.push(
+            "image was not unmounted cleanly: checking it as a mount would recover it".into(),
+        );
         let mut rep = RecoveryReport::default();
         if let Err(c) = replay_journal(pm, &geo, &mut rep) {
             r.problem(c.what, c.offset);
@@ -108,13 +119,26 @@ fn check_superblocks(pm: &Pm, r: &mut FsckReport) -> Option<Geometry> {
     if used_replica {
         r.problem("primary superblock damaged (the replica is intact)", 0);
     } else {
-        let replica = Superblock::decode(pm.bytes(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize), REPLICA_BLOCK * BLOCK_SIZE);
+        let replica = Superblock::decode(
+            pm.bytes(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
+            REPLICA_BLOCK * BLOCK_SIZE,
+        );
         if replica.as_ref() != Ok(&sb) {
-            r.problem("superblock replica damaged or different from the primary", REPLICA_BLOCK * BLOCK_SIZE);
+            r.problem(
+                "superblock replica damaged or different from the primary",
+                REPLICA_BLOCK * BLOCK_SIZE,
+            );
         }
     }
     if sb.geo.total_blocks * BLOCK_SIZE > pm.len() {
-        r.problem(format!("superblock: geometry needs {} bytes, image has {}", sb.geo.total_blocks * BLOCK_SIZE, pm.len()), 0);
+        r.problem(
+            format!(
+                "superblock: geometry needs {} bytes, image has {}",
+                sb.geo.total_blocks * BLOCK_SIZE,
+                pm.len()
+            ),
+            0,
+        );
         return None;
     }
     Some(sb.geo)
@@ -139,20 +163,31 @@ fn check_inodes(pm: &Pm, geo: &Geometry, r: &mut FsckReport) -> Vec<Option<Inode
     }
     match &v[ROOT_INO as usize] {
         Some(root) if root.is_dir() && root.parent == ROOT_INO as u32 => {}
-        _ => r.problem("root inode is not a directory that is its own parent", geo.inode_off(ROOT_INO)),
+        _ => r.problem(
+            "root inode is not a directory that is its own parent",
+            geo.inode_off(ROOT_INO),
+        ),
     }
     v
 }
 
 /// Walks the hash table; returns mapped-block counts per inode.
-fn check_table(pm: &Pm, geo: &Geometry, inodes: &[Option<Inode>], unclean: bool, r: &mut FsckReport) -> Vec<u64> {
+fn check_table(
+    pm: &Pm,
+    geo: &Geometry,
+    inodes: &[Option<Inode>],
+    unclean: bool,
+    r: &mut FsckReport,
+) -> Vec<u64> {
     let table = HashFs::new(geo, 0);
     let mut counts = vec![0u64; inodes.len()];
     let mut seen: HashSet<u64> = HashSet::new();
     let (mut stray, mut reserved) = (0u64, 0u64);
     let n = geo.data_blocks;
     // Distance back to the nearest free slot, for the probe-chain check.
-    let last_free = (0..n).rev().find(|&s| pm.load_u64(geo.slot_off(s)) == hashfs::FREE);
+    let last_free = (0..n)
+        .rev()
+        .find(|&s| pm.load_u64(geo.slot_off(s)) == hashfs::FREE);
     let mut run_start = last_free.map(|f| f as i64 - n as i64);
     for s in 0..n {
         let off = geo.slot_off(s);
@@ -165,25 +200,41 @@ fn check_table(pm: &Pm, geo: &Geometry, inodes: &[Option<Inode>], unclean: bool,
             reserved += 1;
             continue;
         }
-        let Some((ino, lblk)) = hashfs::split_key(v) else { continue };
+        let Some((ino, lblk)) = hashfs::split_key(v) else {
+            continue;
+        };
         let owner = inodes.get(ino as usize).and_then(|i| i.as_ref());
         let allowed = owner.is_some_and(|i| (lblk as u64) < allowed_blocks(i));
         if !allowed {
             if owner.is_none() && !unclean {
-                r.problem(format!("hash slot {s}: block mapped to free or damaged inode {ino}"), off);
+                r.problem(
+                    format!("hash slot {s}: block mapped to free or damaged inode {ino}"),
+                    off,
+                );
             } else if !unclean {
-                r.problem(format!("hash slot {s}: inode {ino} block {lblk} past what the inode may map"), off);
+                r.problem(
+                    format!("hash slot {s}: inode {ino} block {lblk} past what the inode may map"),
+                    off,
+                );
             }
             stray += 1;
             continue;
         }
         if !seen.insert(v) {
-            r.problem(format!("hash slot {s}: inode {ino} block {lblk} mapped twice"), off);
+            r.problem(
+                format!("hash slot {s}: inode {ino} block {lblk} mapped twice"),
+                off,
+            );
             continue;
         }
         if let Some(start) = run_start {
             if table.probe_distance(v, s) as i64 >= s as i64 - start {
-                r.problem(format!("hash slot {s}: inode {ino} block {lblk} unreachable from its hash home"), off);
+                r.problem(
+                    format!(
+                        "hash slot {s}: inode {ino} block {lblk} unreachable from its hash home"
+                    ),
+                    off,
+                );
             }
         }
         counts[ino as usize] += 1;
@@ -191,18 +242,31 @@ fn check_table(pm: &Pm, geo: &Geometry, inodes: &[Option<Inode>], unclean: bool,
     }
     if reserved > 0 {
         if unclean {
-            r.recovery.push(format!("{reserved} hash slot(s) reserved by operations in flight will be freed"));
+            r.recovery.push(format!(
+                "{reserved} hash slot(s) reserved by operations in flight will be freed"
+            ));
         } else {
-            r.problem(format!("{reserved} hash slot(s) left reserved on a cleanly unmounted image"), geo.slot_off(0));
+            r.problem(
+                format!("{reserved} hash slot(s) left reserved on a cleanly unmounted image"),
+                geo.slot_off(0),
+            );
         }
     }
     if unclean && stray > 0 {
-        r.recovery.push(format!("{stray} block(s) past EOF or of freed inodes will be freed"));
+        r.recovery.push(format!(
+            "{stray} block(s) past EOF or of freed inodes will be freed"
+        ));
     }
     counts
 }
 
-fn check_block_counts(geo: &Geometry, inodes: &[Option<Inode>], counts: &[u64], unclean: bool, r: &mut FsckReport) {
+fn check_block_counts(
+    geo: &Geometry,
+    inodes: &[Option<Inode>],
+    counts: &[u64],
+    unclean: bool,
+    r: &mut FsckReport,
+) {
     let mut fixed = 0;
     for (ino, i) in inodes.iter().enumerate() {
         let Some(i) = i else { continue };
@@ -210,33 +274,61 @@ fn check_block_counts(geo: &Geometry, inodes: &[Option<Inode>], counts: &[u64], 
             if unclean {
                 fixed += 1;
             } else {
-                r.problem(format!("inode {ino}: block count {} but {} blocks mapped", i.blocks, counts[ino]), geo.inode_off(ino as u64));
+                r.problem(
+                    format!(
+                        "inode {ino}: block count {} but {} blocks mapped",
+                        i.blocks, counts[ino]
+                    ),
+                    geo.inode_off(ino as u64),
+                );
             }
         }
     }
     if fixed > 0 {
-        r.recovery.push(format!("{fixed} inode block count(s) will be recomputed"));
+        r.recovery
+            .push(format!("{fixed} inode block count(s) will be recomputed"));
     }
 }
 
 /// Directory entries, link counts, parents and reachability.
-fn check_tree(pm: &Pm, geo: &Geometry, inodes: &[Option<Inode>], unclean: bool, r: &mut FsckReport) {
+fn check_tree(
+    pm: &Pm,
+    geo: &Geometry,
+    inodes: &[Option<Inode>],
+    unclean: bool,
+    r: &mut FsckReport,
+) {
     let table = HashFs::new(geo, 0);
     let mut refs = vec![0u32; inodes.len()];
     let mut children: Vec<Vec<u32>> = vec![Vec::new(); inodes.len()];
     for (ino, i) in inodes.iter().enumerate() {
         let Some(i) = i else { continue };
-        if i.file_type() == Some(FileType::Symlink) && allowed_blocks(i) == 1 && table.lookup(pm, ino as u32, 0).is_none() {
-            r.problem(format!("symlink {ino}: target block not mapped"), geo.inode_off(ino as u64));
+        if i.file_type() == Some(FileType::Symlink)
+            && allowed_blocks(i) == 1
+            && table.lookup(pm, ino as u32, 0).is_none()
+        {
+            r.problem(
+                format!("symlink {ino}: target block not mapped"),
+                geo.inode_off(ino as u64),
+            );
         }
         if !i.is_dir() {
             continue;
         }
         r.directories += 1;
         let kids = check_dir(pm, geo, &table, ino as u32, i, inodes, r);
-        let subdirs = kids.iter().filter(|&&c| inodes[c as usize].as_ref().is_some_and(|c| c.is_dir())).count() as u32;
+        let subdirs = kids
+            .iter()
+            .filter(|&&c| inodes[c as usize].as_ref().is_some_and(|c| c.is_dir()))
+            .count() as u32;
         if i.nlink != 2 + subdirs && i.nlink != 0 {
-            r.problem(format!("directory {ino}: link count {} but {} subdirectories", i.nlink, subdirs), geo.inode_off(ino as u64));
+            r.problem(
+                format!(
+                    "directory {ino}: link count {} but {} subdirectories",
+                    i.nlink, subdirs
+                ),
+                geo.inode_off(ino as u64),
+            );
         }
         for &c in &kids {
             refs[c as usize] += 1;
@@ -247,13 +339,24 @@ fn check_tree(pm: &Pm, geo: &Geometry, inodes: &[Option<Inode>], unclean: bool, 
     check_reachable(geo, inodes, &children, r);
 }
 
-fn check_dir(pm: &Pm, geo: &Geometry, table: &HashFs, ino: u32, i: &Inode, inodes: &[Option<Inode>], r: &mut FsckReport) -> Vec<u32> {
+fn check_dir(
+    pm: &Pm,
+    geo: &Geometry,
+    table: &HashFs,
+    ino: u32,
+    i: &Inode,
+    inodes: &[Option<Inode>],
+    r: &mut FsckReport,
+) -> Vec<u32> {
     let mut kids = Vec::new();
     let mut names: HashSet<Vec<u8>> = HashSet::new();
     let mut name = Vec::new();
     for lblk in 0..i.dir_units.div_ceil(UNITS_PER_BLOCK) {
         let Some(pblk) = table.lookup(pm, ino, lblk) else {
-            r.problem(format!("directory {ino}: block {lblk} not mapped"), geo.inode_off(ino as u64));
+            r.problem(
+                format!("directory {ino}: block {lblk} not mapped"),
+                geo.inode_off(ino as u64),
+            );
             continue;
         };
         let base = geo.data_off(pblk);
@@ -264,7 +367,10 @@ fn check_dir(pm: &Pm, geo: &Geometry, table: &HashFs, ino: u32, i: &Inode, inode
             let h = match Header::decode(pm.load_u64(off), u, off, geo.inode_count) {
                 Ok(Some(h)) if u + h.units as u32 <= limit => h,
                 Ok(Some(_)) => {
-                    r.problem(format!("directory {ino}: entry past the high-water mark"), off);
+                    r.problem(
+                        format!("directory {ino}: entry past the high-water mark"),
+                        off,
+                    );
                     break;
                 }
                 Ok(None) => {
@@ -277,24 +383,58 @@ fn check_dir(pm: &Pm, geo: &Geometry, table: &HashFs, ino: u32, i: &Inode, inode
                     continue;
                 }
             };
-            dentry::name_from_units(pm.bytes(off, h.units as usize * UNIT_SIZE as usize), h.name_len as usize, &mut name);
+            dentry::name_from_units(
+                pm.bytes(off, h.units as usize * UNIT_SIZE as usize),
+                h.name_len as usize,
+                &mut name,
+            );
             u += h.units as u32;
             if dentry::validate_name(&name).is_err() {
-                r.problem(format!("directory {ino}: invalid name {:?}", String::from_utf8_lossy(&name)), off);
+                r.problem(
+                    format!(
+                        "directory {ino}: invalid name {:?}",
+                        String::from_utf8_lossy(&name)
+                    ),
+                    off,
+                );
                 continue;
             }
             if !names.insert(name.clone()) {
-                r.problem(format!("directory {ino}: duplicate name {:?}", String::from_utf8_lossy(&name)), off);
+                r.problem(
+                    format!(
+                        "directory {ino}: duplicate name {:?}",
+                        String::from_utf8_lossy(&name)
+                    ),
+                    off,
+                );
                 continue;
             }
             match &inodes[h.ino as usize] {
-                None => r.problem(format!("directory {ino}: entry {:?} points at free inode {}", String::from_utf8_lossy(&name), h.ino), off),
-                Some(c) if c.file_type() != Some(h.ftype) => {
-                    r.problem(format!("directory {ino}: entry {:?} type differs from inode {}", String::from_utf8_lossy(&name), h.ino), off)
-                }
+                None => r.problem(
+                    format!(
+                        "directory {ino}: entry {:?} points at free inode {}",
+                        String::from_utf8_lossy(&name),
+                        h.ino
+                    ),
+                    off,
+                ),
+                Some(c) if c.file_type() != Some(h.ftype) => r.problem(
+                    format!(
+                        "directory {ino}: entry {:?} type differs from inode {}",
+                        String::from_utf8_lossy(&name),
+                        h.ino
+                    ),
+                    off,
+                ),
                 Some(c) => {
                     if c.is_dir() && c.parent != ino {
-                        r.problem(format!("directory {}: parent is {} but it is listed in {ino}", h.ino, c.parent), geo.inode_off(h.ino as u64));
+                        r.problem(
+                            format!(
+                                "directory {}: parent is {} but it is listed in {ino}",
+                                h.ino, c.parent
+                            ),
+                            geo.inode_off(h.ino as u64),
+                        );
                     }
                     kids.push(h.ino);
                 }
@@ -302,12 +442,25 @@ fn check_dir(pm: &Pm, geo: &Geometry, table: &HashFs, ino: u32, i: &Inode, inode
         }
     }
     if kids.len() as u32 != i.dir_entries {
-        r.problem(format!("directory {ino}: entry count {} but {} entries found", i.dir_entries, kids.len()), geo.inode_off(ino as u64));
+        r.problem(
+            format!(
+                "directory {ino}: entry count {} but {} entries found",
+                i.dir_entries,
+                kids.len()
+            ),
+            geo.inode_off(ino as u64),
+        );
     }
     kids
 }
 
-fn check_links(geo: &Geometry, inodes: &[Option<Inode>], refs: &[u32], unclean: bool, r: &mut FsckReport) {
+fn check_links(
+    geo: &Geometry,
+    inodes: &[Option<Inode>],
+    refs: &[u32],
+    unclean: bool,
+    r: &mut FsckReport,
+) {
     let mut orphans = 0;
     for (ino, i) in inodes.iter().enumerate() {
         let Some(i) = i else { continue };
@@ -327,16 +480,32 @@ fn check_links(geo: &Geometry, inodes: &[Option<Inode>], refs: &[u32], unclean: 
                 r.problem(format!("directory {ino}: listed {} times", refs[ino]), off);
             }
         } else if i.nlink != refs[ino] {
-            r.problem(format!("inode {ino}: link count {} but {} directory entries", i.nlink, refs[ino]), off);
+            r.problem(
+                format!(
+                    "inode {ino}: link count {} but {} directory entries",
+                    i.nlink, refs[ino]
+                ),
+                off,
+            );
         }
     }
     if orphans > 0 {
-        let what = if unclean { "will be freed at mount" } else { "are open-but-unlinked files of a live mount, or leaked" };
-        r.recovery.push(format!("{orphans} orphan inode(s) (no links) {what}"));
+        let what = if unclean {
+            "will be freed at mount"
+        } else {
+            "are open-but-unlinked files of a live mount, or leaked"
+        };
+        r.recovery
+            .push(format!("{orphans} orphan inode(s) (no links) {what}"));
     }
 }
 
-fn check_reachable(geo: &Geometry, inodes: &[Option<Inode>], children: &[Vec<u32>], r: &mut FsckReport) {
+fn check_reachable(
+    geo: &Geometry,
+    inodes: &[Option<Inode>],
+    children: &[Vec<u32>],
+    r: &mut FsckReport,
+) {
     let mut reached = vec![false; inodes.len()];
     let mut stack = vec![ROOT_INO as u32];
     reached[ROOT_INO as usize] = true;

@@ -56,10 +56,14 @@ fn bucket(probe: u64) -> usize {
 
 /// Reads `path` and summarises it.
 pub fn inspect(path: &Path) -> io::Result<Info> {
-    let f = std::fs::File::open(path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let f = std::fs::File::open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     let len = f.metadata()?.len();
     if len < 3 * BLOCK_SIZE {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: too small to be an nvmfs image", path.display())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: too small to be an nvmfs image", path.display()),
+        ));
     }
     let pm = Pm::map_file(&f, path, len, false)?;
     inspect_pm(&pm)
@@ -69,7 +73,10 @@ pub fn inspect_pm(pm: &Pm) -> io::Result<Info> {
     let (sb, used_replica) = read_superblock(pm)?;
     let geo = sb.geo.clone();
     if geo.total_blocks * BLOCK_SIZE > pm.len() {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "image is shorter than its superblock says"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "image is shorter than its superblock says",
+        ));
     }
     let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
     let mut info = Info {

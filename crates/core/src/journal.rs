@@ -72,7 +72,9 @@ pub fn thread_slot() -> usize {
 impl Journal {
     pub fn new(geo: &Geometry) -> Journal {
         Journal {
-            lanes: (0..geo.journal_lanes).map(|_| Mutex::new(Staging::default())).collect(),
+            lanes: (0..geo.journal_lanes)
+                .map(|_| Mutex::new(Staging::default()))
+                .collect(),
             lane_offs: (0..geo.journal_lanes).map(|l| geo.lane_off(l)).collect(),
             lane_capacity: geo.lane_blocks as usize * BLOCK_SIZE as usize,
             seq: AtomicU64::new(1),
@@ -84,7 +86,13 @@ impl Journal {
         let lane = thread_slot() % self.lanes.len();
         let mut staging = self.lanes[lane].lock();
         staging.clear();
-        Tx { pm, staging, lane_off: self.lane_offs[lane], capacity: self.lane_capacity, seq: &self.seq }
+        Tx {
+            pm,
+            staging,
+            lane_off: self.lane_offs[lane],
+            capacity: self.lane_capacity,
+            seq: &self.seq,
+        }
     }
 }
 
@@ -199,7 +207,9 @@ fn record_crc(head: &[u8], payload: &[u8]) -> u32 {
 pub enum LaneState {
     Idle,
     /// An armed record with `entries` undo entries.
-    Armed { entries: u32 },
+    Armed {
+        entries: u32,
+    },
     /// An armed state word whose record fails its checksum (torn while arming).
     Torn,
 }
@@ -212,7 +222,12 @@ pub struct UndoEntry {
 
 /// Reads lane `lane` and decodes its record. Entries must lie inside the metadata area
 /// (`limit`): a record pointing elsewhere is damaged, never applied.
-pub fn read_lane(pm: &Pm, geo: &Geometry, lane: u32, limit: u64) -> Result<(LaneState, Vec<UndoEntry>), Corrupted> {
+pub fn read_lane(
+    pm: &Pm,
+    geo: &Geometry,
+    lane: u32,
+    limit: u64,
+) -> Result<(LaneState, Vec<UndoEntry>), Corrupted> {
     let off = geo.lane_off(lane);
     let cap = geo.lane_blocks as usize * BLOCK_SIZE as usize;
     let rec = pm.bytes(off, cap);
@@ -231,7 +246,12 @@ pub fn read_lane(pm: &Pm, geo: &Geometry, lane: u32, limit: u64) -> Result<(Lane
     let mut entries = Vec::new();
     let mut at = 0usize;
     for _ in 0..count {
-        let bad = || corrupted(format!("journal lane {lane}: undo entry"), off + (HEADER_LEN + at) as u64);
+        let bad = || {
+            corrupted(
+                format!("journal lane {lane}: undo entry"),
+                off + (HEADER_LEN + at) as u64,
+            )
+        };
         if at + ENTRY_HEADER > len {
             return Err(bad());
         }
@@ -245,7 +265,10 @@ pub fn read_lane(pm: &Pm, geo: &Geometry, lane: u32, limit: u64) -> Result<(Lane
         if e_off < geo.itable_start * BLOCK_SIZE {
             return Err(bad());
         }
-        entries.push(UndoEntry { off: e_off, old: payload[data_at..data_at + e_len].to_vec() });
+        entries.push(UndoEntry {
+            off: e_off,
+            old: payload[data_at..data_at + e_len].to_vec(),
+        });
         at = (data_at + e_len).next_multiple_of(8);
     }
     Ok((LaneState::Armed { entries: count }, entries))
@@ -314,7 +337,10 @@ mod tests {
         roll_back(&pm, &geo, lane, &entries);
         assert_eq!(pm.bytes(a, 16), &[1; 16]);
         assert_eq!(pm.load_u64(b), 0);
-        assert_eq!(read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap().0, LaneState::Idle);
+        assert_eq!(
+            read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap().0,
+            LaneState::Idle
+        );
     }
 
     #[test]
@@ -329,6 +355,9 @@ mod tests {
         let lane = (thread_slot() % geo.journal_lanes as usize) as u32;
         let off = geo.lane_off(lane) + HEADER_LEN as u64 + 20;
         pm.write(off, &[0xff]);
-        assert_eq!(read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap().0, LaneState::Torn);
+        assert_eq!(
+            read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap().0,
+            LaneState::Torn
+        );
     }
 }

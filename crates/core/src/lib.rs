@@ -25,8 +25,8 @@ pub mod mapping;
 pub mod media;
 
 pub use fs::{
-    DirEntry, File, FormatOptions, Fs, Metadata, MountOptions, OpenOptions, RecoveryReport, RenameFlags, SetAttr, SetTime,
-    Statfs,
+    DirEntry, File, FormatOptions, Fs, Metadata, MountOptions, OpenOptions, RecoveryReport,
+    RenameFlags, SetAttr, SetTime, Statfs,
 };
 pub use layout::inode::FileType;
 pub use layout::Corrupted;

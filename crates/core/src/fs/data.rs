@@ -26,7 +26,9 @@ pub struct TranslationCache {
 
 impl Default for TranslationCache {
     fn default() -> Self {
-        TranslationCache { entries: [(u32::MAX, u64::MAX); CACHE_ENTRIES] }
+        TranslationCache {
+            entries: [(u32::MAX, u64::MAX); CACHE_ENTRIES],
+        }
     }
 }
 
@@ -57,7 +59,13 @@ impl Inner {
     }
 
     /// Reads up to `buf.len()` bytes at `off`; holes read as zeros.
-    pub(crate) fn read_data(&self, ino: u32, off: u64, buf: &mut [u8], cache: &mut TranslationCache) -> io::Result<usize> {
+    pub(crate) fn read_data(
+        &self,
+        ino: u32,
+        off: u64,
+        buf: &mut [u8],
+        cache: &mut TranslationCache,
+    ) -> io::Result<usize> {
         let _g = self.stripes.read(ino);
         let i = self.inode(ino)?;
         check_regular(&i)?;
@@ -86,7 +94,14 @@ impl Inner {
 
     /// Writes `data` at `off` (at EOF when `append`); returns (bytes written, new size). A
     /// write that runs out of space stops short and returns what it wrote.
-    pub(crate) fn write_data(&self, ino: u32, off: u64, data: &[u8], append: bool, cache: &mut TranslationCache) -> io::Result<(usize, u64)> {
+    pub(crate) fn write_data(
+        &self,
+        ino: u32,
+        off: u64,
+        data: &[u8],
+        append: bool,
+        cache: &mut TranslationCache,
+    ) -> io::Result<(usize, u64)> {
         self.check_writable()?;
         let _g = self.stripes.write(ino);
         let i = self.inode(ino)?;
@@ -95,7 +110,10 @@ impl Inner {
         if data.is_empty() {
             return Ok((0, i.size));
         }
-        if off.checked_add(data.len() as u64).is_none_or(|end| end > FILE_SIZE_MAX) {
+        if off
+            .checked_add(data.len() as u64)
+            .is_none_or(|end| end > FILE_SIZE_MAX)
+        {
             return Err(errno(libc::EFBIG));
         }
         if off > i.size {
@@ -111,9 +129,15 @@ impl Inner {
             let in_blk = (pos % BLOCK_SIZE) as usize;
             let len = (BLOCK_SIZE as usize - in_blk).min(data.len() - done);
             let chunk = &data[done..done + len];
-            let mapped = if (lblk as u64) < map_end { self.translate(ino, lblk, cache) } else { None };
+            let mapped = if (lblk as u64) < map_end {
+                self.translate(ino, lblk, cache)
+            } else {
+                None
+            };
             match mapped {
-                Some(p) => self.pm.write_nt(self.geo.data_off(p) + in_blk as u64, chunk),
+                Some(p) => self
+                    .pm
+                    .write_nt(self.geo.data_off(p) + in_blk as u64, chunk),
                 None => match self.map.reserve(1).and_then(|_| self.claim_one(ino, lblk)) {
                     Ok(c) => {
                         self.fill_new_block(c.pblk, in_blk, chunk);
@@ -137,7 +161,9 @@ impl Inner {
     }
 
     fn claim_one(&self, ino: u32, lblk: u32) -> io::Result<Claim> {
-        self.map.claim(&self.pm, ino, lblk).inspect_err(|_| self.map.unreserve(1))
+        self.map
+            .claim(&self.pm, ino, lblk)
+            .inspect_err(|_| self.map.unreserve(1))
     }
 
     /// Fills a newly claimed block: `chunk` at `in_blk`, zeros around it.
@@ -149,7 +175,8 @@ impl Inner {
         self.pm.write_nt(base + in_blk as u64, chunk);
         let tail = in_blk + chunk.len();
         if tail < BLOCK_SIZE as usize {
-            self.pm.zero_nt(base + tail as u64, BLOCK_SIZE as usize - tail);
+            self.pm
+                .zero_nt(base + tail as u64, BLOCK_SIZE as usize - tail);
         }
     }
 
@@ -173,7 +200,10 @@ impl Inner {
         // Size first: stores to one line persist in order, and a block count ahead of its
         // size would be the one inconsistency recovery cannot explain.
         self.pm.store_u64(base + inode::O_SIZE as u64, new_size);
-        self.pm.store_u64(base + inode::O_BLOCKS as u64, i.blocks + claims.len() as u64);
+        self.pm.store_u64(
+            base + inode::O_BLOCKS as u64,
+            i.blocks + claims.len() as u64,
+        );
         self.pm.store_u64(base + inode::O_MTIME as u64, now);
         self.pm.store_u64(base + inode::O_CTIME as u64, now);
         self.pm.persist(base, 64);
@@ -250,10 +280,14 @@ impl Inner {
         if len == 0 {
             return Err(errno(libc::EINVAL));
         }
-        let end = off.checked_add(len).filter(|&e| e <= FILE_SIZE_MAX).ok_or_else(|| errno(libc::EFBIG))?;
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= FILE_SIZE_MAX)
+            .ok_or_else(|| errno(libc::EFBIG))?;
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
-        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 || (punch && !keep) {
+        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 || (punch && !keep)
+        {
             return Err(errno(libc::EOPNOTSUPP));
         }
         let _g = self.stripes.write(ino);
@@ -265,14 +299,17 @@ impl Inner {
         let mut cache = TranslationCache::default();
         let (first, last) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
         let map_end = i.map_end();
-        let missing: Vec<u32> =
-            (first..last).filter(|&l| l >= map_end || self.translate(ino, l as u32, &mut cache).is_none()).map(|l| l as u32).collect();
+        let missing: Vec<u32> = (first..last)
+            .filter(|&l| l >= map_end || self.translate(ino, l as u32, &mut cache).is_none())
+            .map(|l| l as u32)
+            .collect();
         self.map.reserve(missing.len() as u64)?;
         let mut claims = Vec::with_capacity(missing.len());
         for (n, &lblk) in missing.iter().enumerate() {
             match self.map.claim(&self.pm, ino, lblk) {
                 Ok(c) => {
-                    self.pm.zero_nt(self.geo.data_off(c.pblk), BLOCK_SIZE as usize);
+                    self.pm
+                        .zero_nt(self.geo.data_off(c.pblk), BLOCK_SIZE as usize);
                     claims.push((c, lblk));
                 }
                 Err(e) => {
@@ -321,7 +358,11 @@ impl Inner {
             self.zero_range(ino, i, off, full_first * BLOCK_SIZE, &mut cache);
             self.zero_range(ino, i, full_last * BLOCK_SIZE, end, &mut cache);
         }
-        let freed = if full_first < full_last { self.unmap_from(ino, full_first, full_last) } else { 0 };
+        let freed = if full_first < full_last {
+            self.unmap_from(ino, full_first, full_last)
+        } else {
+            0
+        };
         self.pm.fence();
         i.blocks -= freed;
         i.ctime_ns = now_ns();
@@ -345,16 +386,31 @@ fn check_regular(i: &Inode) -> io::Result<()> {
 impl Fs {
     /// Reads file `ino` at `off` (inode-level API).
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.inner.read_data(super::ops::to_ino(ino)?, off, buf, &mut TranslationCache::default())
+        self.inner.read_data(
+            super::ops::to_ino(ino)?,
+            off,
+            buf,
+            &mut TranslationCache::default(),
+        )
     }
 
     /// Writes file `ino` at `off` (inode-level API); returns bytes written.
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> io::Result<usize> {
-        Ok(self.inner.write_data(super::ops::to_ino(ino)?, off, data, false, &mut TranslationCache::default())?.0)
+        Ok(self
+            .inner
+            .write_data(
+                super::ops::to_ino(ino)?,
+                off,
+                data,
+                false,
+                &mut TranslationCache::default(),
+            )?
+            .0)
     }
 
     /// fallocate(2) modes 0, FALLOC_FL_KEEP_SIZE and FALLOC_FL_PUNCH_HOLE|KEEP_SIZE.
     pub fn fallocate(&self, ino: u64, mode: i32, off: u64, len: u64) -> io::Result<()> {
-        self.inner.fallocate(super::ops::to_ino(ino)?, mode, off, len)
+        self.inner
+            .fallocate(super::ops::to_ino(ino)?, mode, off, len)
     }
 }

@@ -90,13 +90,28 @@ fn rehash(h: u32) -> u64 {
 
 impl DirIndex {
     /// Builds the index of directory `ino` from its blocks.
-    pub fn load(pm: &Pm, geo: &Geometry, map: &dyn FileMap, ino: u32, inode: &Inode, seed: u64) -> Result<DirIndex, Corrupted> {
+    pub fn load(
+        pm: &Pm,
+        geo: &Geometry,
+        map: &dyn FileMap,
+        ino: u32,
+        inode: &Inode,
+        seed: u64,
+    ) -> Result<DirIndex, Corrupted> {
         let nblocks = inode.dir_units.div_ceil(UNITS_PER_BLOCK);
-        let mut idx = DirIndex { table: HashTable::new(), free: Default::default(), hw: inode.dir_units, blocks: Vec::new() };
+        let mut idx = DirIndex {
+            table: HashTable::new(),
+            free: Default::default(),
+            hw: inode.dir_units,
+            blocks: Vec::new(),
+        };
         let mut name = Vec::new();
         for lblk in 0..nblocks {
             let Some(pblk) = map.lookup(pm, ino, lblk) else {
-                return Err(corrupted(format!("directory {ino}: block {lblk} not mapped"), geo.inode_off(ino as u64)));
+                return Err(corrupted(
+                    format!("directory {ino}: block {lblk} not mapped"),
+                    geo.inode_off(ino as u64),
+                ));
             };
             idx.blocks.push(pblk);
             let base = lblk * UNITS_PER_BLOCK;
@@ -116,7 +131,8 @@ impl DirIndex {
                         }
                         read_name(pm, off, &h, &mut name);
                         let hh = h32(name_hash(seed, &name));
-                        idx.table.insert_unique(rehash(hh), (unit, hh), |e| rehash(e.1));
+                        idx.table
+                            .insert_unique(rehash(hh), (unit, hh), |e| rehash(e.1));
                         u += h.units as u32;
                     }
                     None => {
@@ -143,7 +159,8 @@ impl DirIndex {
     /// Byte offset of unit `unit`.
     #[inline]
     pub fn unit_off(&self, geo: &Geometry, unit: u32) -> u64 {
-        geo.data_off(self.blocks[(unit / UNITS_PER_BLOCK) as usize]) + (unit % UNITS_PER_BLOCK) as u64 * UNIT_SIZE
+        geo.data_off(self.blocks[(unit / UNITS_PER_BLOCK) as usize])
+            + (unit % UNITS_PER_BLOCK) as u64 * UNIT_SIZE
     }
 
     /// Finds `name` (hash `h`).
@@ -155,7 +172,12 @@ impl DirIndex {
                 return false;
             }
             let off = self.unit_off(geo, unit);
-            let Ok(Some(header)) = Header::decode(pm.load_u64(off), unit % UNITS_PER_BLOCK, off, geo.inode_count) else {
+            let Ok(Some(header)) = Header::decode(
+                pm.load_u64(off),
+                unit % UNITS_PER_BLOCK,
+                off,
+                geo.inode_count,
+            ) else {
                 return false;
             };
             if header.name_len as usize != name.len() || !name_matches(pm, off, &header, name) {
@@ -172,7 +194,13 @@ impl DirIndex {
         for list in (units as usize - 1)..UNITS_MAX as usize {
             if let Some(&unit) = self.free[list].last() {
                 let leftover = list as u32 + 1 - units;
-                return InsertPlan { unit, units, new_block: None, new_hw: self.hw, source: Source::Free { list, leftover } };
+                return InsertPlan {
+                    unit,
+                    units,
+                    new_block: None,
+                    new_hw: self.hw,
+                    source: Source::Free { list, leftover },
+                };
             }
         }
         let in_block = self.hw % UNITS_PER_BLOCK;
@@ -183,7 +211,13 @@ impl DirIndex {
         };
         let unit = self.hw + gap;
         let new_block = (unit % UNITS_PER_BLOCK == 0).then_some(unit / UNITS_PER_BLOCK);
-        InsertPlan { unit, units, new_block, new_hw: unit + units, source: Source::HighWater { gap_start, gap } }
+        InsertPlan {
+            unit,
+            units,
+            new_block,
+            new_hw: unit + units,
+            source: Source::HighWater { gap_start, gap },
+        }
     }
 
     /// Records a committed insert.
@@ -206,7 +240,8 @@ impl DirIndex {
             self.blocks.push(p);
         }
         let hh = h32(h);
-        self.table.insert_unique(rehash(hh), (plan.unit, hh), |e| rehash(e.1));
+        self.table
+            .insert_unique(rehash(hh), (plan.unit, hh), |e| rehash(e.1));
     }
 
     /// Records a committed removal of the entry at `unit`.
@@ -220,11 +255,15 @@ impl DirIndex {
 
     /// Records that the entry at `unit` now has a name with hash `h` (rename over an entry).
     pub fn apply_rehash(&mut self, unit: u32, old_h: u64, new_h: u64) {
-        if let Ok(e) = self.table.find_entry(rehash(h32(old_h)), |&(u, _)| u == unit) {
+        if let Ok(e) = self
+            .table
+            .find_entry(rehash(h32(old_h)), |&(u, _)| u == unit)
+        {
             e.remove();
         }
         let hh = h32(new_h);
-        self.table.insert_unique(rehash(hh), (unit, hh), |e| rehash(e.1));
+        self.table
+            .insert_unique(rehash(hh), (unit, hh), |e| rehash(e.1));
     }
 
     fn push_free_run(&mut self, mut start: u32, mut len: u32) {
@@ -238,7 +277,13 @@ impl DirIndex {
 
     /// Calls `f(unit, header, name)` for every entry at or after `start` in unit order, until
     /// `f` returns false.
-    pub fn scan(&self, pm: &Pm, geo: &Geometry, start: u32, mut f: impl FnMut(u32, &Header, &[u8]) -> bool) {
+    pub fn scan(
+        &self,
+        pm: &Pm,
+        geo: &Geometry,
+        start: u32,
+        mut f: impl FnMut(u32, &Header, &[u8]) -> bool,
+    ) {
         let mut u = start;
         let mut name = Vec::new();
         while u < self.hw {
@@ -287,7 +332,11 @@ pub struct DirCache {
 
 impl Default for DirCache {
     fn default() -> Self {
-        DirCache { shards: (0..SHARDS).map(|_| Mutex::new(hashbrown::HashMap::new())).collect() }
+        DirCache {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(hashbrown::HashMap::new()))
+                .collect(),
+        }
     }
 }
 
@@ -296,11 +345,17 @@ impl DirCache {
     /// stale.
     pub fn get(&self, ino: u32, generation: u32) -> Arc<DirState> {
         let mut shard = self.shards[ino as usize % SHARDS].lock();
-        let e = shard
-            .entry(ino)
-            .or_insert_with(|| Arc::new(DirState { generation, index: RwLock::new(None) }));
+        let e = shard.entry(ino).or_insert_with(|| {
+            Arc::new(DirState {
+                generation,
+                index: RwLock::new(None),
+            })
+        });
         if e.generation != generation {
-            *e = Arc::new(DirState { generation, index: RwLock::new(None) });
+            *e = Arc::new(DirState {
+                generation,
+                index: RwLock::new(None),
+            });
         }
         e.clone()
     }
@@ -317,7 +372,11 @@ impl DirCache {
                 total += 64;
                 if let Some(idx) = d.index.read().as_ref() {
                     total += idx.table.capacity() as u64 * 9 + idx.blocks.capacity() as u64 * 8;
-                    total += idx.free.iter().map(|f| f.capacity() as u64 * 4).sum::<u64>();
+                    total += idx
+                        .free
+                        .iter()
+                        .map(|f| f.capacity() as u64 * 4)
+                        .sum::<u64>();
                 }
             }
         }
@@ -331,7 +390,12 @@ mod tests {
 
     #[test]
     fn plan_skips_block_end_and_reuses_free_runs() {
-        let mut idx = DirIndex { table: HashTable::new(), free: Default::default(), hw: 0, blocks: vec![] };
+        let mut idx = DirIndex {
+            table: HashTable::new(),
+            free: Default::default(),
+            hw: 0,
+            blocks: vec![],
+        };
         let p = idx.plan_insert(1);
         assert_eq!((p.unit, p.new_block, p.new_hw), (0, Some(0), 1));
         idx.apply_insert(&p, 1, Some(10));

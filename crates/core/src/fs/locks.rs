@@ -16,7 +16,9 @@ pub struct Stripes {
 
 impl Default for Stripes {
     fn default() -> Self {
-        Stripes { locks: (0..STRIPES).map(|_| RwLock::new(())).collect() }
+        Stripes {
+            locks: (0..STRIPES).map(|_| RwLock::new(())).collect(),
+        }
     }
 }
 
@@ -51,13 +53,20 @@ pub struct OpenTable {
 
 impl Default for OpenTable {
     fn default() -> Self {
-        OpenTable { shards: (0..OPEN_SHARDS).map(|_| Mutex::new(hashbrown::HashMap::new())).collect() }
+        OpenTable {
+            shards: (0..OPEN_SHARDS)
+                .map(|_| Mutex::new(hashbrown::HashMap::new()))
+                .collect(),
+        }
     }
 }
 
 impl OpenTable {
     pub fn acquire(&self, ino: u32) {
-        *self.shards[ino as usize % OPEN_SHARDS].lock().entry(ino).or_insert(0) += 1;
+        *self.shards[ino as usize % OPEN_SHARDS]
+            .lock()
+            .entry(ino)
+            .or_insert(0) += 1;
     }
 
     /// Drops one reference; true when it was the last.
@@ -77,7 +86,9 @@ impl OpenTable {
     }
 
     pub fn is_open(&self, ino: u32) -> bool {
-        self.shards[ino as usize % OPEN_SHARDS].lock().contains_key(&ino)
+        self.shards[ino as usize % OPEN_SHARDS]
+            .lock()
+            .contains_key(&ino)
     }
 
     pub fn open_count(&self) -> usize {

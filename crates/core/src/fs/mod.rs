@@ -63,7 +63,10 @@ pub(crate) fn errno(e: i32) -> io::Error {
 
 /// Nanoseconds since the Unix epoch.
 pub(crate) fn now_ns() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes the struct we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
@@ -92,7 +95,9 @@ pub struct Metadata {
 impl Metadata {
     pub(crate) fn from_inode(ino: u32, i: &Inode) -> Metadata {
         let file_type = i.file_type().unwrap_or(FileType::File);
-        let rdev = matches!(file_type, FileType::CharDevice | FileType::BlockDevice).then(|| i.rdev()).unwrap_or(0);
+        let rdev = matches!(file_type, FileType::CharDevice | FileType::BlockDevice)
+            .then(|| i.rdev())
+            .unwrap_or(0);
         Metadata {
             ino: ino as u64,
             file_type,
@@ -165,7 +170,8 @@ impl Inner {
         if raw.is_free() {
             return Err(errno(libc::ENOENT));
         }
-        raw.validate(off, self.geo.inode_count).map_err(corrupt_to_io)?;
+        raw.validate(off, self.geo.inode_count)
+            .map_err(corrupt_to_io)?;
         Ok(raw)
     }
 
@@ -198,7 +204,11 @@ impl Inner {
     }
 
     /// Read access to a directory's index, building it on first use.
-    pub fn index_read<'a>(&self, ino: u32, ds: &'a DirState) -> io::Result<RwLockReadGuard<'a, Option<DirIndex>>> {
+    pub fn index_read<'a>(
+        &self,
+        ino: u32,
+        ds: &'a DirState,
+    ) -> io::Result<RwLockReadGuard<'a, Option<DirIndex>>> {
         let g = ds.index.upgradable_read();
         if g.is_some() {
             return Ok(RwLockUpgradableReadGuard::downgrade(g));
@@ -209,7 +219,11 @@ impl Inner {
     }
 
     /// Write access to a directory's index, building it on first use.
-    pub fn index_write<'a>(&self, ino: u32, ds: &'a DirState) -> io::Result<RwLockWriteGuard<'a, Option<DirIndex>>> {
+    pub fn index_write<'a>(
+        &self,
+        ino: u32,
+        ds: &'a DirState,
+    ) -> io::Result<RwLockWriteGuard<'a, Option<DirIndex>>> {
         let mut w = ds.index.write();
         if w.is_none() {
             self.load_index(ino, ds, &mut w)?;
@@ -223,8 +237,15 @@ impl Inner {
         if inode.generation != ds.generation || !inode.is_dir() {
             return Err(errno(libc::ENOENT));
         }
-        let idx = DirIndex::load(&self.pm, &self.geo, self.map.as_ref(), ino, &inode, self.hash_seed)
-            .map_err(corrupt_to_io)?;
+        let idx = DirIndex::load(
+            &self.pm,
+            &self.geo,
+            self.map.as_ref(),
+            ino,
+            &inode,
+            self.hash_seed,
+        )
+        .map_err(corrupt_to_io)?;
         *slot = Some(idx);
         Ok(())
     }

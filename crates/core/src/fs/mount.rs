@@ -22,7 +22,9 @@ use crate::alloc::InodeAlloc;
 use crate::journal::{self, Journal, LaneState};
 use crate::layout::inode::{FileType, Inode, INODE_SIZE};
 use crate::layout::state::{MountState, STATE_CLEAN, STATE_LEN, STATE_MOUNTED};
-use crate::layout::superblock::{Geometry, Superblock, PRIMARY_BLOCK, REPLICA_BLOCK, ROOT_INO, STATE_BLOCK};
+use crate::layout::superblock::{
+    Geometry, Superblock, PRIMARY_BLOCK, REPLICA_BLOCK, ROOT_INO, STATE_BLOCK,
+};
 use crate::layout::{corrupted, Corrupted, BLOCK_SIZE};
 use crate::mapping::hashfs::{self, HashFs, RESERVED, TOMBSTONE};
 use crate::media::Pm;
@@ -38,7 +40,10 @@ pub struct FormatOptions {
 
 impl Default for FormatOptions {
     fn default() -> Self {
-        FormatOptions { size_bytes: 1 << 30, inode_count: None }
+        FormatOptions {
+            size_bytes: 1 << 30,
+            inode_count: None,
+        }
     }
 }
 
@@ -110,7 +115,10 @@ fn open_image(path: &Path, writable: bool) -> io::Result<std::fs::File> {
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     let ft = f.metadata()?.file_type();
     if !ft.is_file() && !ft.is_block_device() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: not a regular file", path.display())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a regular file", path.display()),
+        ));
     }
     Ok(f)
 }
@@ -124,7 +132,8 @@ impl Fs {
     pub fn format(path: impl AsRef<Path>, opts: &FormatOptions) -> io::Result<()> {
         let path = path.as_ref();
         let blocks = opts.size_bytes / BLOCK_SIZE;
-        let geo = Geometry::compute(blocks, opts.inode_count).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let geo = Geometry::compute(blocks, opts.inode_count)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -149,7 +158,13 @@ impl Fs {
         lock_image(&f, path, !opts.read_only)?;
         let len = image_len(&f)?;
         if len < 3 * BLOCK_SIZE {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{}: too small to be an nvmfs image ({len} bytes)", path.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: too small to be an nvmfs image ({len} bytes)",
+                    path.display()
+                ),
+            ));
         }
         let pm = Pm::map_file(&f, path, len, !opts.read_only)?;
         Self::mount_pm(pm, opts, Some(path.to_path_buf()), Some(f))
@@ -158,28 +173,45 @@ impl Fs {
     /// Formats an in-memory image (tests, scratch use) and mounts it.
     pub fn format_in_memory(opts: &FormatOptions) -> io::Result<Fs> {
         let blocks = opts.size_bytes / BLOCK_SIZE;
-        let geo = Geometry::compute(blocks, opts.inode_count).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let geo = Geometry::compute(blocks, opts.inode_count)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let pm = Pm::in_memory(blocks * BLOCK_SIZE);
         write_fresh(&pm, &geo);
         Self::mount_pm(pm, &MountOptions::default(), None, None)
     }
 
     /// Mounts an image already in `pm` (tests, crash images).
-    pub fn mount_pm(pm: Pm, opts: &MountOptions, path: Option<PathBuf>, image: Option<std::fs::File>) -> io::Result<Fs> {
+    pub fn mount_pm(
+        pm: Pm,
+        opts: &MountOptions,
+        path: Option<PathBuf>,
+        image: Option<std::fs::File>,
+    ) -> io::Result<Fs> {
         let (sb, used_replica) = read_superblock(&pm)?;
         let geo = sb.geo.clone();
         if geo.total_blocks * BLOCK_SIZE > pm.len() {
             return Err(corrupt_to_io(corrupted(
-                format!("superblock: image is {} bytes but the geometry needs {}", pm.len(), geo.total_blocks * BLOCK_SIZE),
+                format!(
+                    "superblock: image is {} bytes but the geometry needs {}",
+                    pm.len(),
+                    geo.total_blocks * BLOCK_SIZE
+                ),
                 0,
             )));
         }
         if !opts.read_only && !sb.writable() {
-            return Err(io::Error::new(io::ErrorKind::Unsupported, "image has read-only-compatible features this build lacks; mount read-only"));
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "image has read-only-compatible features this build lacks; mount read-only",
+            ));
         }
         let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
         let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
-        let mut report = RecoveryReport { unclean, used_replica, ..Default::default() };
+        let mut report = RecoveryReport {
+            unclean,
+            used_replica,
+            ..Default::default()
+        };
         if opts.read_only && unclean {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -190,7 +222,11 @@ impl Fs {
             replay_journal(&pm, &geo, &mut report).map_err(corrupt_to_io)?;
         }
         let scan = scan_inodes(&pm, &geo).map_err(corrupt_to_io)?;
-        let used = if opts.read_only { count_used(&pm, &geo) } else { repair_table(&pm, &geo, unclean, &mut report) };
+        let used = if opts.read_only {
+            count_used(&pm, &geo)
+        } else {
+            repair_table(&pm, &geo, unclean, &mut report)
+        };
         if !opts.read_only {
             report.tombstones_compacted = hashfs::compact_tombstones(&pm, &geo);
         }
@@ -225,7 +261,20 @@ impl Fs {
             write_state(&inner.pm, &st);
         }
         inner.recovery = report;
-        Ok(Fs { inner: Arc::new(inner) })
+        Ok(Fs {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// A copy of the whole region (tests: crash images, fsck of a live file system).
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.inner.pm.snapshot()
+    }
+
+    /// Lets go of this handle the way a crashed process would: the image stays marked
+    /// mounted, so the next mount runs recovery (crash tests). Other handles keep working.
+    pub fn drop_without_unmount(self) {
+        self.inner.unmounted.store(true, Ordering::Release);
     }
 
     /// The image file, if mounted from one.
@@ -262,14 +311,21 @@ impl Fs {
 }
 
 fn lock_image(f: &std::fs::File, path: &Path, exclusive: bool) -> io::Result<()> {
-    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    };
     // SAFETY: flock on our own open descriptor.
     if unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
         let e = io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
-                format!("{}: image is in use by another process (mounted or being formatted)", path.display()),
+                format!(
+                    "{}: image is in use by another process (mounted or being formatted)",
+                    path.display()
+                ),
             ));
         }
         return Err(e);
@@ -283,7 +339,10 @@ pub(crate) fn read_superblock(pm: &Pm) -> io::Result<(Superblock, bool)> {
     let primary = Superblock::decode(pm.bytes(PRIMARY_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize), 0);
     match primary {
         Ok(sb) => Ok((sb, false)),
-        Err(e) => match Superblock::decode(pm.bytes(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize), BLOCK_SIZE) {
+        Err(e) => match Superblock::decode(
+            pm.bytes(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
+            BLOCK_SIZE,
+        ) {
             Ok(sb) => Ok((sb, true)),
             Err(_) => Err(corrupt_to_io(e)),
         },
@@ -298,7 +357,11 @@ pub(crate) fn write_state(pm: &Pm, st: &MountState) {
 }
 
 /// Rolls back every armed journal record.
-pub(crate) fn replay_journal(pm: &Pm, geo: &Geometry, report: &mut RecoveryReport) -> Result<(), Corrupted> {
+pub(crate) fn replay_journal(
+    pm: &Pm,
+    geo: &Geometry,
+    report: &mut RecoveryReport,
+) -> Result<(), Corrupted> {
     for lane in 0..geo.journal_lanes {
         match journal::read_lane(pm, geo, lane, geo.metadata_end())? {
             (LaneState::Idle, _) => {}
@@ -323,7 +386,10 @@ pub(crate) struct InodeScan {
 /// Walks the inode table: free numbers, orphans (in use with no links), and validation of
 /// every in-use record so no operation ever acts on a damaged one.
 pub(crate) fn scan_inodes(pm: &Pm, geo: &Geometry) -> Result<InodeScan, Corrupted> {
-    let mut scan = InodeScan { free: Vec::new(), orphans: Vec::new() };
+    let mut scan = InodeScan {
+        free: Vec::new(),
+        orphans: Vec::new(),
+    };
     let root_off = geo.inode_off(ROOT_INO);
     let root = Inode::decode_raw(pm.bytes(root_off, INODE_SIZE as usize));
     if !root.is_dir() || root.parent != ROOT_INO as u32 || root.nlink < 2 {
@@ -345,7 +411,9 @@ pub(crate) fn scan_inodes(pm: &Pm, geo: &Geometry) -> Result<InodeScan, Corrupte
 }
 
 fn count_used(pm: &Pm, geo: &Geometry) -> u64 {
-    (0..geo.data_blocks).filter(|&s| pm.load_u64(geo.slot_off(s)) > TOMBSTONE).count() as u64
+    (0..geo.data_blocks)
+        .filter(|&s| pm.load_u64(geo.slot_off(s)) > TOMBSTONE)
+        .count() as u64
 }
 
 /// Logical-block end of what inode `i` may map.
@@ -373,7 +441,9 @@ fn repair_table(pm: &Pm, geo: &Geometry, unclean: bool, report: &mut RecoveryRep
             report.reserved_slots_cleared += 1;
             continue;
         }
-        let Some((ino, lblk)) = hashfs::split_key(v) else { continue };
+        let Some((ino, lblk)) = hashfs::split_key(v) else {
+            continue;
+        };
         if unclean {
             let owner_ok = (ino as u64) < geo.inode_count && {
                 let i = Inode::decode_raw(pm.bytes(geo.inode_off(ino as u64), INODE_SIZE as usize));
@@ -396,7 +466,12 @@ fn repair_table(pm: &Pm, geo: &Geometry, unclean: bool, report: &mut RecoveryRep
     used
 }
 
-fn fix_block_counts(pm: &Pm, geo: &Geometry, counts: &hashbrown::HashMap<u32, u64>, report: &mut RecoveryReport) {
+fn fix_block_counts(
+    pm: &Pm,
+    geo: &Geometry,
+    counts: &hashbrown::HashMap<u32, u64>,
+    report: &mut RecoveryReport,
+) {
     use crate::layout::inode::O_BLOCKS;
     for ino in 1..geo.inode_count {
         let off = geo.inode_off(ino);
@@ -420,7 +495,8 @@ impl Inner {
             return Ok(());
         }
         self.pm.sync_backing()?;
-        let mut st = MountState::decode(self.pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN)).unwrap_or_default();
+        let mut st = MountState::decode(self.pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN))
+            .unwrap_or_default();
         st.state = STATE_CLEAN;
         st.last_unmount_ns = now_ns() as u64;
         write_state(&self.pm, &st);

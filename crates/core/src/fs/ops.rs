@@ -83,7 +83,12 @@ impl Staged {
     }
 
     pub(crate) fn get(&mut self, ino: u32) -> &mut Inode {
-        &mut self.0.iter_mut().find(|(i, _)| *i == ino).expect("inode staged").1
+        &mut self
+            .0
+            .iter_mut()
+            .find(|(i, _)| *i == ino)
+            .expect("inode staged")
+            .1
     }
 
     pub(crate) fn write(&self, inner: &Inner, tx: &mut Tx<'_>) {
@@ -111,7 +116,11 @@ impl Inner {
         let claim = match plan.new_block {
             Some(lblk) => {
                 self.map.reserve(1)?;
-                Some(self.map.claim(&self.pm, dir, lblk).inspect_err(|_| self.map.unreserve(1))?)
+                Some(
+                    self.map
+                        .claim(&self.pm, dir, lblk)
+                        .inspect_err(|_| self.map.unreserve(1))?,
+                )
             }
             None => None,
         };
@@ -126,7 +135,15 @@ impl Inner {
 
     /// Stages the entry `header`/`name` at the planned place: name units as free-space
     /// writes, the header word as the logged in-place write that commits it.
-    pub(crate) fn stage_insert(&self, tx: &mut Tx<'_>, idx: &DirIndex, dir: u32, ins: &Insert, header: &Header, name: &[u8]) {
+    pub(crate) fn stage_insert(
+        &self,
+        tx: &mut Tx<'_>,
+        idx: &DirIndex,
+        dir: u32,
+        ins: &Insert,
+        header: &Header,
+        name: &[u8],
+    ) {
         let mut units = Vec::with_capacity(header.units as usize * UNIT_SIZE as usize);
         dentry::encode_units(header, name, &mut units);
         if let (Some(c), Some(lblk)) = (ins.claim, ins.plan.new_block) {
@@ -152,7 +169,13 @@ impl Inner {
         Ok(())
     }
 
-    fn create_node(&self, parent: u32, name: &[u8], mut new: Inode, target: Option<&[u8]>) -> io::Result<(u32, Inode)> {
+    fn create_node(
+        &self,
+        parent: u32,
+        name: &[u8],
+        mut new: Inode,
+        target: Option<&[u8]>,
+    ) -> io::Result<(u32, Inode)> {
         self.check_writable()?;
         Self::check_name(name)?;
         let (ds, _) = self.dir_state(parent)?;
@@ -171,7 +194,11 @@ impl Inner {
             }
         };
         let link_claim = match target.filter(|t| t.len() > INLINE_LEN) {
-            Some(_) => match self.map.reserve(1).and_then(|_| self.map.claim(&self.pm, ino, 0)) {
+            Some(_) => match self
+                .map
+                .reserve(1)
+                .and_then(|_| self.map.claim(&self.pm, ino, 0))
+            {
                 Ok(c) => Some(c),
                 Err(e) => {
                     self.abandon(&ins);
@@ -216,7 +243,14 @@ impl Inner {
             }
         }
         let ft = new.file_type().expect("valid type");
-        self.stage_insert(&mut tx, idx, parent, &ins, &Header::new(ino, name.len(), ft), name);
+        self.stage_insert(
+            &mut tx,
+            idx,
+            parent,
+            &ins,
+            &Header::new(ino, name.len(), ft),
+            name,
+        );
         self.write_inode(&mut tx, ino, &new);
         let p = st.get(parent);
         p.mtime_ns = new.ctime_ns;
@@ -245,7 +279,9 @@ impl Inner {
         let mut g = self.index_write(parent, &ds)?;
         let idx = g.as_mut().expect("index loaded");
         let h = self.name_hash(name);
-        let f = idx.find(&self.pm, &self.geo, name, h).ok_or_else(|| errno(libc::ENOENT))?;
+        let f = idx
+            .find(&self.pm, &self.geo, name, h)
+            .ok_or_else(|| errno(libc::ENOENT))?;
         let child = f.header.ino;
         let is_dir = f.header.ftype == FileType::Dir;
         if dir && !is_dir {
@@ -356,7 +392,9 @@ impl Fs {
         }
         let g = inner.index_read(parent, &ds)?;
         let idx = g.as_ref().expect("index loaded");
-        let f = idx.find(&inner.pm, &inner.geo, name, inner.name_hash(name)).ok_or_else(|| errno(libc::ENOENT))?;
+        let f = idx
+            .find(&inner.pm, &inner.geo, name, inner.name_hash(name))
+            .ok_or_else(|| errno(libc::ENOENT))?;
         Ok((f.header.ino as u64, f.header.ftype))
     }
 
@@ -367,7 +405,15 @@ impl Fs {
     }
 
     /// Creates a node: a regular file, FIFO, socket or device (`mode` carries the type).
-    pub fn mknod(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32, rdev: u64) -> io::Result<Metadata> {
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u64,
+    ) -> io::Result<Metadata> {
         let ft = FileType::from_mode(mode).ok_or_else(|| errno(libc::EINVAL))?;
         if matches!(ft, FileType::Dir | FileType::Symlink) {
             return Err(errno(libc::EINVAL));
@@ -381,11 +427,25 @@ impl Fs {
     }
 
     /// Creates a regular file.
-    pub fn create(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> io::Result<Metadata> {
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        perm: u32,
+        uid: u32,
+        gid: u32,
+    ) -> io::Result<Metadata> {
         self.mknod(parent, name, libc::S_IFREG | (perm & 0o7777), uid, gid, 0)
     }
 
-    pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, uid: u32, gid: u32) -> io::Result<Metadata> {
+    pub fn mkdir(
+        &self,
+        parent: u64,
+        name: &[u8],
+        perm: u32,
+        uid: u32,
+        gid: u32,
+    ) -> io::Result<Metadata> {
         let parent = to_ino(parent)?;
         let mut i = new_inode(libc::S_IFDIR | (perm & 0o7777), uid, gid, 2);
         i.parent = parent;
@@ -393,16 +453,29 @@ impl Fs {
         Ok(Metadata::from_inode(ino, &i))
     }
 
-    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], uid: u32, gid: u32) -> io::Result<Metadata> {
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> io::Result<Metadata> {
         if target.is_empty() || target.contains(&0) {
-            return Err(errno(if target.is_empty() { libc::ENOENT } else { libc::EINVAL }));
+            return Err(errno(if target.is_empty() {
+                libc::ENOENT
+            } else {
+                libc::EINVAL
+            }));
         }
         if target.len() > SYMLINK_MAX {
             return Err(errno(libc::ENAMETOOLONG));
         }
         let mut i = new_inode(libc::S_IFLNK | 0o777, uid, gid, 1);
         i.size = target.len() as u64;
-        let (ino, i) = self.inner.create_node(to_ino(parent)?, name, i, Some(target))?;
+        let (ino, i) = self
+            .inner
+            .create_node(to_ino(parent)?, name, i, Some(target))?;
         Ok(Metadata::from_inode(ino, &i))
     }
 
@@ -419,7 +492,10 @@ impl Fs {
             return Ok(i.inline[..len].to_vec());
         }
         let pblk = inner.map.lookup(&inner.pm, ino, 0).ok_or_else(|| {
-            super::corrupt_to_io(crate::layout::corrupted("symlink: target block not mapped", inner.geo.inode_off(ino as u64)))
+            super::corrupt_to_io(crate::layout::corrupted(
+                "symlink: target block not mapped",
+                inner.geo.inode_off(ino as u64),
+            ))
         })?;
         Ok(inner.pm.bytes(inner.geo.data_off(pblk), len).to_vec())
     }
@@ -470,7 +546,14 @@ impl Fs {
         let now = now_ns();
         let ft = st.get(ino).file_type().expect("valid");
         let mut tx = inner.tx();
-        inner.stage_insert(&mut tx, idx, parent, &ins, &Header::new(ino, newname.len(), ft), newname);
+        inner.stage_insert(
+            &mut tx,
+            idx,
+            parent,
+            &ins,
+            &Header::new(ino, newname.len(), ft),
+            newname,
+        );
         let i = st.get(ino);
         i.nlink += 1;
         i.ctime_ns = now;
@@ -488,21 +571,45 @@ impl Fs {
 
     /// Lists directory `ino` from cookie `offset` (0 = start), calling `f` per entry until it
     /// returns false. "." and ".." come first.
-    pub fn readdir(&self, ino: u64, offset: u64, mut f: impl FnMut(DirEntry) -> bool) -> io::Result<()> {
+    pub fn readdir(
+        &self,
+        ino: u64,
+        offset: u64,
+        mut f: impl FnMut(DirEntry) -> bool,
+    ) -> io::Result<()> {
         let inner = &self.inner;
         let ino = to_ino(ino)?;
         let (ds, inode) = inner.dir_state(ino)?;
-        if offset == 0 && !f(DirEntry { name: b".".to_vec(), ino: ino as u64, file_type: FileType::Dir, offset: 1 }) {
+        if offset == 0
+            && !f(DirEntry {
+                name: b".".to_vec(),
+                ino: ino as u64,
+                file_type: FileType::Dir,
+                offset: 1,
+            })
+        {
             return Ok(());
         }
-        if offset <= 1 && !f(DirEntry { name: b"..".to_vec(), ino: inode.parent as u64, file_type: FileType::Dir, offset: 2 }) {
+        if offset <= 1
+            && !f(DirEntry {
+                name: b"..".to_vec(),
+                ino: inode.parent as u64,
+                file_type: FileType::Dir,
+                offset: 2,
+            })
+        {
             return Ok(());
         }
         let start = offset.saturating_sub(2).min(u32::MAX as u64) as u32;
         let g = inner.index_read(ino, &ds)?;
         let idx = g.as_ref().expect("index loaded");
         idx.scan(&inner.pm, &inner.geo, start, |unit, h, name| {
-            f(DirEntry { name: name.to_vec(), ino: h.ino as u64, file_type: h.ftype, offset: (unit + h.units as u32) as u64 + 2 })
+            f(DirEntry {
+                name: name.to_vec(),
+                ino: h.ino as u64,
+                file_type: h.ftype,
+                offset: (unit + h.units as u32) as u64 + 2,
+            })
         });
         Ok(())
     }
@@ -563,8 +670,22 @@ impl Fs {
     }
 
     /// Renames `parent/name` to `newparent/newname` (renameat2 semantics).
-    pub fn rename(&self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: RenameFlags) -> io::Result<()> {
-        super::rename::rename(&self.inner, to_ino(parent)?, name, to_ino(newparent)?, newname, flags)
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> io::Result<()> {
+        super::rename::rename(
+            &self.inner,
+            to_ino(parent)?,
+            name,
+            to_ino(newparent)?,
+            newname,
+            flags,
+        )
     }
 
     /// Takes a reference that keeps `ino` alive after its last link goes (an open file, or a
@@ -594,12 +715,24 @@ impl Fs {
 }
 
 pub(crate) fn to_ino(ino: u64) -> io::Result<u32> {
-    u32::try_from(ino).ok().filter(|&i| i != 0).ok_or_else(|| errno(libc::ENOENT))
+    u32::try_from(ino)
+        .ok()
+        .filter(|&i| i != 0)
+        .ok_or_else(|| errno(libc::ENOENT))
 }
 
 pub(crate) fn new_inode(mode: u32, uid: u32, gid: u32, nlink: u32) -> Inode {
     let now = now_ns();
-    Inode { mode, nlink, uid, gid, atime_ns: now, mtime_ns: now, ctime_ns: now, ..Default::default() }
+    Inode {
+        mode,
+        nlink,
+        uid,
+        gid,
+        atime_ns: now,
+        mtime_ns: now,
+        ctime_ns: now,
+        ..Default::default()
+    }
 }
 
 pub(crate) const ROOT: u64 = ROOT_INO;

@@ -15,7 +15,8 @@ use crate::layout::inode::FileType;
 const SYMLINK_FOLLOW_MAX: usize = 40;
 
 fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
-    path.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".")
+    path.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
 }
 
 fn ids() -> (u32, u32) {
@@ -44,7 +45,13 @@ impl Fs {
         Ok(cur)
     }
 
-    fn resolve_slow(&self, dir: u64, link: u64, rest: &[&[u8]], follow: bool) -> io::Result<(u64, FileType)> {
+    fn resolve_slow(
+        &self,
+        dir: u64,
+        link: u64,
+        rest: &[&[u8]],
+        follow: bool,
+    ) -> io::Result<(u64, FileType)> {
         let mut queue: Vec<Vec<u8>> = rest.iter().rev().map(|c| c.to_vec()).collect();
         let mut cur = (dir, FileType::Dir);
         let mut pending_link = Some(link);
@@ -59,7 +66,12 @@ impl Fs {
                 if target.first() == Some(&b'/') {
                     cur = (ROOT, FileType::Dir);
                 }
-                queue.extend(components(&target).rev().map(|c| c.to_vec()).collect::<Vec<_>>());
+                queue.extend(
+                    components(&target)
+                        .rev()
+                        .map(|c| c.to_vec())
+                        .collect::<Vec<_>>(),
+                );
             }
             let Some(c) = queue.pop() else { return Ok(cur) };
             if cur.1 != FileType::Dir {
@@ -83,7 +95,11 @@ impl Fs {
             None => (&b""[..], trimmed),
         };
         if name.is_empty() || name == b"." || name == b".." {
-            return Err(errno(if name.is_empty() { libc::EEXIST } else { libc::EINVAL }));
+            return Err(errno(if name.is_empty() {
+                libc::EEXIST
+            } else {
+                libc::EINVAL
+            }));
         }
         let (parent, ft) = self.resolve(Path::new(std::ffi::OsStr::from_bytes(dir)), true)?;
         if ft != FileType::Dir {
@@ -113,7 +129,9 @@ impl Fs {
                     }
                 }
                 Ok(_) => return Err(errno(libc::ENOTDIR)),
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => match self.mkdir(cur, c, 0o755, uid, gid) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => match self
+                    .mkdir(cur, c, 0o755, uid, gid)
+                {
                     Ok(m) => m.ino,
                     Err(e) if e.raw_os_error() == Some(libc::EEXIST) => self.lookup_ino(cur, c)?.0,
                     Err(e) => return Err(e),
@@ -148,15 +166,22 @@ impl Fs {
     }
 
     /// Creates a symlink at `link` pointing to `original` (std::os::unix::fs::symlink order).
-    pub fn symlink_path(&self, original: impl AsRef<Path>, link: impl AsRef<Path>) -> io::Result<()> {
+    pub fn symlink_path(
+        &self,
+        original: impl AsRef<Path>,
+        link: impl AsRef<Path>,
+    ) -> io::Result<()> {
         let (dp, dn) = self.resolve_parent(link.as_ref())?;
         let (uid, gid) = ids();
-        self.symlink(dp, dn, original.as_ref().as_os_str().as_bytes(), uid, gid).map(|_| ())
+        self.symlink(dp, dn, original.as_ref().as_os_str().as_bytes(), uid, gid)
+            .map(|_| ())
     }
 
     pub fn read_link(&self, path: impl AsRef<Path>) -> io::Result<std::path::PathBuf> {
         let (ino, _) = self.resolve(path, false)?;
-        Ok(std::path::PathBuf::from(std::ffi::OsString::from_vec_compat(self.readlink(ino)?)))
+        Ok(std::path::PathBuf::from(
+            std::ffi::OsString::from_vec_compat(self.readlink(ino)?),
+        ))
     }
 
     /// Attributes, following a final symlink.
@@ -172,19 +197,52 @@ impl Fs {
     /// Sets permission bits (chmod).
     pub fn set_permissions(&self, path: impl AsRef<Path>, perm: u32) -> io::Result<()> {
         let (ino, _) = self.resolve(path, true)?;
-        self.setattr(ino, &SetAttr { mode: Some(perm), ..Default::default() }).map(|_| ())
+        self.setattr(
+            ino,
+            &SetAttr {
+                mode: Some(perm),
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
     }
 
     /// Sets access and modification times (utimensat); `None` leaves one alone.
-    pub fn set_times(&self, path: impl AsRef<Path>, atime: Option<SetTime>, mtime: Option<SetTime>) -> io::Result<()> {
+    pub fn set_times(
+        &self,
+        path: impl AsRef<Path>,
+        atime: Option<SetTime>,
+        mtime: Option<SetTime>,
+    ) -> io::Result<()> {
         let (ino, _) = self.resolve(path, true)?;
-        self.setattr(ino, &SetAttr { atime, mtime, ..Default::default() }).map(|_| ())
+        self.setattr(
+            ino,
+            &SetAttr {
+                atime,
+                mtime,
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
     }
 
     /// Sets owner and group (chown); `None` leaves one alone.
-    pub fn set_owner(&self, path: impl AsRef<Path>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+    pub fn set_owner(
+        &self,
+        path: impl AsRef<Path>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> io::Result<()> {
         let (ino, _) = self.resolve(path, true)?;
-        self.setattr(ino, &SetAttr { uid, gid, ..Default::default() }).map(|_| ())
+        self.setattr(
+            ino,
+            &SetAttr {
+                uid,
+                gid,
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
     }
 
     /// The entries of a directory, without "." and "..".
@@ -211,7 +269,11 @@ impl Fs {
 
     /// Creates or replaces a file with `data`.
     pub fn write_file(&self, path: impl AsRef<Path>, data: &[u8]) -> io::Result<()> {
-        let f = OpenOptions::new().write(true).create(true).truncate(true).open(self, path)?;
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(self, path)?;
         f.write_all_at(data, 0)
     }
 
@@ -223,7 +285,9 @@ impl Fs {
         let (ds, _) = inner.dir_state(p)?;
         let g = inner.index_read(p, &ds)?;
         let idx = g.as_ref().expect("index loaded");
-        let f = idx.find(&inner.pm, &inner.geo, name, inner.name_hash(name)).ok_or_else(|| errno(libc::ENOENT))?;
+        let f = idx
+            .find(&inner.pm, &inner.geo, name, inner.name_hash(name))
+            .ok_or_else(|| errno(libc::ENOENT))?;
         inner.open.acquire(f.header.ino);
         Ok((f.header.ino as u64, f.header.ftype))
     }
@@ -260,7 +324,9 @@ impl Fs {
                     let (uid, gid) = ids();
                     match self.create(parent, name, o.mode, uid, gid) {
                         // Lost a race with another creator: open theirs (unless create_new).
-                        Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !o.create_new => continue,
+                        Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !o.create_new => {
+                            continue
+                        }
                         Err(e) => return Err(e),
                         Ok(_) => {
                             let (ino, ft) = self.lookup_and_open(parent, name)?;
@@ -288,7 +354,13 @@ impl Fs {
             return Err(errno(libc::EISDIR));
         }
         if o.truncate && ft == FileType::File {
-            self.setattr(ino, &SetAttr { size: Some(0), ..Default::default() })?;
+            self.setattr(
+                ino,
+                &SetAttr {
+                    size: Some(0),
+                    ..Default::default()
+                },
+            )?;
         }
         Ok(file)
     }
@@ -320,7 +392,15 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { read: false, write: false, append: false, truncate: false, create: false, create_new: false, mode: 0o644 }
+        OpenOptions {
+            read: false,
+            write: false,
+            append: false,
+            truncate: false,
+            create: false,
+            create_new: false,
+            mode: 0o644,
+        }
     }
 }
 
@@ -398,13 +478,23 @@ impl File {
         if !self.writable {
             return Err(errno(libc::EBADF));
         }
-        self.with_cache(|c| self.fs.inner.write_data(self.ino, offset, buf, self.append, c)).map(|(n, _)| n)
+        self.with_cache(|c| {
+            self.fs
+                .inner
+                .write_data(self.ino, offset, buf, self.append, c)
+        })
+        .map(|(n, _)| n)
     }
 
     pub fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {
             match self.read_at(buf, offset)? {
-                0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "failed to fill whole buffer")),
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "failed to fill whole buffer",
+                    ))
+                }
                 n => {
                     buf = &mut buf[n..];
                     offset += n as u64;
@@ -427,7 +517,15 @@ impl File {
         if !self.writable {
             return Err(errno(libc::EINVAL));
         }
-        self.fs.setattr(self.ino as u64, &SetAttr { size: Some(size), ..Default::default() }).map(|_| ())
+        self.fs
+            .setattr(
+                self.ino as u64,
+                &SetAttr {
+                    size: Some(size),
+                    ..Default::default()
+                },
+            )
+            .map(|_| ())
     }
 
     pub fn metadata(&self) -> io::Result<Metadata> {
@@ -467,7 +565,8 @@ impl Write for File {
             return Err(errno(libc::EBADF));
         }
         let pos = self.pos;
-        let (n, size) = self.with_cache(|c| self.fs.inner.write_data(self.ino, pos, buf, self.append, c))?;
+        let (n, size) =
+            self.with_cache(|c| self.fs.inner.write_data(self.ino, pos, buf, self.append, c))?;
         self.pos = if self.append { size } else { pos + n as u64 };
         Ok(n)
     }
@@ -487,7 +586,9 @@ impl Seek for File {
             SeekFrom::End(d) => (self.metadata()?.size, d),
             SeekFrom::Current(d) => (self.pos, d),
         };
-        let p = base.checked_add_signed(delta).ok_or_else(|| errno(libc::EINVAL))?;
+        let p = base
+            .checked_add_signed(delta)
+            .ok_or_else(|| errno(libc::EINVAL))?;
         self.pos = p;
         Ok(p)
     }

@@ -17,7 +17,14 @@ enum Dest {
     Exchange(Found),
 }
 
-pub(crate) fn rename(inner: &Inner, sp: u32, sname: &[u8], dp: u32, dname: &[u8], flags: RenameFlags) -> io::Result<()> {
+pub(crate) fn rename(
+    inner: &Inner,
+    sp: u32,
+    sname: &[u8],
+    dp: u32,
+    dname: &[u8],
+    flags: RenameFlags,
+) -> io::Result<()> {
     inner.check_writable()?;
     if flags.noreplace && flags.exchange {
         return Err(errno(libc::EINVAL));
@@ -33,19 +40,30 @@ pub(crate) fn rename(inner: &Inner, sp: u32, sname: &[u8], dp: u32, dname: &[u8]
     let _rename_guard = cross.then(|| inner.rename_lock.lock());
     let (sds, _) = inner.dir_state(sp)?;
     let (dds, _) = inner.dir_state(dp)?;
-    // Index locks in inode order.
+    // Index locks are taken in inode order.
     let (mut first, mut second) = if sp <= dp {
-        (inner.index_write(sp, &sds)?, cross.then(|| inner.index_write(dp, &dds)).transpose()?)
+        (
+            inner.index_write(sp, &sds)?,
+            cross.then(|| inner.index_write(dp, &dds)).transpose()?,
+        )
     } else {
         let d = inner.index_write(dp, &dds)?;
         (inner.index_write(sp, &sds)?, Some(d))
     };
-    let (sidx, didx): (&mut DirIndex, Option<&mut DirIndex>) = match second.as_mut() {
-        None => (first.as_mut().expect("loaded"), None),
-        Some(s) if sp <= dp => (first.as_mut().expect("loaded"), Some(s.as_mut().expect("loaded"))),
-        Some(s) => (s.as_mut().expect("loaded"), Some(first.as_mut().expect("loaded"))),
+    // `first` is always the source's index, `second` the destination's (if another one).
+    let sidx: &mut DirIndex = first.as_mut().expect("loaded");
+    let didx: Option<&mut DirIndex> = second.as_mut().map(|s| s.as_mut().expect("loaded"));
+    let mut r = Rename {
+        inner,
+        sp,
+        dp,
+        sname,
+        dname,
+        sidx,
+        didx,
+        sgen: sds.generation,
+        dgen: dds.generation,
     };
-    let mut r = Rename { inner, sp, dp, sname, dname, sidx, didx, sgen: sds.generation, dgen: dds.generation };
     r.run(flags)
 }
 
@@ -74,7 +92,10 @@ impl Rename<'_> {
         let (pm, geo) = (&inner.pm, &inner.geo);
         let sh = inner.name_hash(self.sname);
         let dh = inner.name_hash(self.dname);
-        let src = self.sidx.find(pm, geo, self.sname, sh).ok_or_else(|| errno(libc::ENOENT))?;
+        let src = self
+            .sidx
+            .find(pm, geo, self.sname, sh)
+            .ok_or_else(|| errno(libc::ENOENT))?;
         let dname = self.dname;
         let found = self.dst().find(pm, geo, dname, dh);
         let dest = match found {
@@ -157,7 +178,11 @@ impl Rename<'_> {
                 }
             }
             let src_dir = src.header.ftype == FileType::Dir;
-            if src_dir && sp != dp && !matches!(dest, Dest::Replace(_)) && st.get(dp).nlink >= NLINK_MAX {
+            if src_dir
+                && sp != dp
+                && !matches!(dest, Dest::Replace(_))
+                && st.get(dp).nlink >= NLINK_MAX
+            {
                 return Err(errno(libc::EMLINK));
             }
             Ok(())
@@ -197,7 +222,11 @@ impl Rename<'_> {
                 tx.write_u64(s_off, 0);
                 st.get(sp).dir_entries -= 1;
                 let v = st.get(d.header.ino);
-                v.nlink = if d.header.ftype == FileType::Dir { 0 } else { v.nlink - 1 };
+                v.nlink = if d.header.ftype == FileType::Dir {
+                    0
+                } else {
+                    v.nlink - 1
+                };
                 v.ctime_ns = now;
                 if v.nlink == 0 {
                     last_link = Some(d.header);
@@ -208,8 +237,14 @@ impl Rename<'_> {
             }
             Dest::Exchange(d) => {
                 let d_off = self.dst().unit_off(geo, d.unit);
-                tx.write_u64(d_off, Header::new(src_h.ino, dname.len(), src_h.ftype).encode());
-                tx.write_u64(s_off, Header::new(d.header.ino, self.sname.len(), d.header.ftype).encode());
+                tx.write_u64(
+                    d_off,
+                    Header::new(src_h.ino, dname.len(), src_h.ftype).encode(),
+                );
+                tx.write_u64(
+                    s_off,
+                    Header::new(d.header.ino, self.sname.len(), d.header.ftype).encode(),
+                );
                 st.get(d.header.ino).ctime_ns = now;
                 if sp != dp && d.header.ftype == FileType::Dir {
                     st.get(d.header.ino).parent = sp;
@@ -234,7 +269,8 @@ impl Rename<'_> {
         let _ = pm;
         // DRAM indexes follow the committed state.
         if let (Dest::New, Some(ins)) = (&dest, &ins) {
-            self.dst().apply_insert(&ins.plan, dh, ins.claim.map(|c| c.pblk));
+            self.dst()
+                .apply_insert(&ins.plan, dh, ins.claim.map(|c| c.pblk));
         }
         if !matches!(dest, Dest::Exchange(_)) {
             self.sidx.apply_remove(src.unit, src_h.units as u32, sh);

@@ -273,13 +273,43 @@ mod tests {
 
     #[test]
     fn bad_records_refused() {
-        let dir = Inode { mode: libc::S_IFDIR | 0o755, nlink: 2, parent: 1, ..Default::default() };
+        let dir = Inode {
+            mode: libc::S_IFDIR | 0o755,
+            nlink: 2,
+            parent: 1,
+            ..Default::default()
+        };
         assert!(dir.validate(0, 64).is_ok());
-        assert!(Inode { parent: 0, ..dir.clone() }.validate(0, 64).is_err());
-        assert!(Inode { parent: 64, ..dir.clone() }.validate(0, 64).is_err());
-        assert!(Inode { size: 1, ..dir.clone() }.validate(0, 64).is_err());
-        assert!(Inode { mode: 0o170000, ..dir.clone() }.validate(0, 64).is_err());
-        let link = Inode { mode: libc::S_IFLNK | 0o777, nlink: 1, size: 0, ..Default::default() };
+        assert!(Inode {
+            parent: 0,
+            ..dir.clone()
+        }
+        .validate(0, 64)
+        .is_err());
+        assert!(Inode {
+            parent: 64,
+            ..dir.clone()
+        }
+        .validate(0, 64)
+        .is_err());
+        assert!(Inode {
+            size: 1,
+            ..dir.clone()
+        }
+        .validate(0, 64)
+        .is_err());
+        assert!(Inode {
+            mode: 0o170000,
+            ..dir.clone()
+        }
+        .validate(0, 64)
+        .is_err());
+        let link = Inode {
+            mode: libc::S_IFLNK | 0o777,
+            nlink: 1,
+            size: 0,
+            ..Default::default()
+        };
         assert!(link.validate(0, 64).is_err());
     }
 }

@@ -53,5 +53,8 @@ impl From<Corrupted> for std::io::Error {
 }
 
 pub(crate) fn corrupted(what: impl Into<String>, offset: u64) -> Corrupted {
-    Corrupted { what: what.into(), offset }
+    Corrupted {
+        what: what.into(),
+        offset,
+    }
 }

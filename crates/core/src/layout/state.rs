@@ -54,7 +54,12 @@ mod tests {
 
     #[test]
     fn roundtrip_and_damage() {
-        let s = MountState { state: STATE_MOUNTED, mount_count: 3, last_mount_ns: 9, last_unmount_ns: 8 };
+        let s = MountState {
+            state: STATE_MOUNTED,
+            mount_count: 3,
+            last_mount_ns: 9,
+            last_unmount_ns: 8,
+        };
         let mut b = s.encode();
         assert_eq!(MountState::decode(&b), Some(s));
         b[9] ^= 1;

@@ -67,13 +67,21 @@ impl Geometry {
     /// Lays out an image of `total_blocks` with about `inode_count` inodes.
     pub fn compute(total_blocks: u64, inode_count: Option<u64>) -> Result<Geometry, String> {
         if total_blocks < MIN_BLOCKS {
-            return Err(format!("image too small: {} blocks, need at least {MIN_BLOCKS}", total_blocks));
+            return Err(format!(
+                "image too small: {} blocks, need at least {MIN_BLOCKS}",
+                total_blocks
+            ));
         }
         let per_block = BLOCK_SIZE / INODE_SIZE;
-        let wanted = inode_count.unwrap_or(total_blocks * BLOCK_SIZE / BYTES_PER_INODE).max(per_block);
+        let wanted = inode_count
+            .unwrap_or(total_blocks * BLOCK_SIZE / BYTES_PER_INODE)
+            .max(per_block);
         let inode_count = wanted.div_ceil(per_block) * per_block;
         if inode_count > u32::MAX as u64 {
-            return Err(format!("too many inodes: {inode_count} (at most {})", u32::MAX));
+            return Err(format!(
+                "too many inodes: {inode_count} (at most {})",
+                u32::MAX
+            ));
         }
         let journal_blocks = (JOURNAL_LANES * LANE_BLOCKS) as u64;
         let itable_start = JOURNAL_START_BLOCK + journal_blocks;
@@ -139,7 +147,10 @@ impl Geometry {
         if self.total_blocks < MIN_BLOCKS || self.total_blocks > (1u64 << 40) {
             return bad("total_blocks out of range");
         }
-        if self.journal_start != JOURNAL_START_BLOCK || self.journal_lanes == 0 || self.journal_lanes > 256 {
+        if self.journal_start != JOURNAL_START_BLOCK
+            || self.journal_lanes == 0
+            || self.journal_lanes > 256
+        {
             return bad("journal geometry");
         }
         if self.lane_blocks == 0 || self.lane_blocks > 64 {
@@ -149,19 +160,27 @@ impl Geometry {
         if self.itable_start != journal_end {
             return bad("inode table start");
         }
-        if self.inode_count < per_block || self.inode_count % per_block != 0 || self.inode_count > u32::MAX as u64 {
+        if self.inode_count < per_block
+            || self.inode_count % per_block != 0
+            || self.inode_count > u32::MAX as u64
+        {
             return bad("inode count");
         }
         if self.hash_start != self.itable_start + self.inode_count / per_block {
             return bad("hash table start");
         }
-        if self.hash_blocks != self.data_blocks.div_ceil(ENTRIES_PER_BLOCK) || self.data_blocks == 0 {
+        if self.hash_blocks != self.data_blocks.div_ceil(ENTRIES_PER_BLOCK) || self.data_blocks == 0
+        {
             return bad("hash table size");
         }
         if self.data_start != self.hash_start + self.hash_blocks {
             return bad("data region start");
         }
-        if self.data_start.checked_add(self.data_blocks).is_none_or(|end| end > self.total_blocks) {
+        if self
+            .data_start
+            .checked_add(self.data_blocks)
+            .is_none_or(|end| end > self.total_blocks)
+        {
             return bad("data region past the end of the image");
         }
         Ok(())
@@ -182,7 +201,15 @@ pub struct Superblock {
 
 impl Superblock {
     pub fn new(geo: Geometry, uuid: [u8; 16], created_ns: u64) -> Self {
-        Superblock { version: VERSION, compat: 0, ro_compat: 0, incompat: 0, geo, uuid, created_ns }
+        Superblock {
+            version: VERSION,
+            compat: 0,
+            ro_compat: 0,
+            incompat: 0,
+            geo,
+            uuid,
+            created_ns,
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -227,9 +254,13 @@ impl Superblock {
         }
         let version = get_u32(b, O_VERSION);
         if version != VERSION {
-            return Err(bad(&format!("unsupported version {version} (this build reads {VERSION})")));
+            return Err(bad(&format!(
+                "unsupported version {version} (this build reads {VERSION})"
+            )));
         }
-        if get_u32(b, O_BLOCK_SIZE) as u64 != BLOCK_SIZE || get_u32(b, O_INODE_SIZE) as u64 != INODE_SIZE {
+        if get_u32(b, O_BLOCK_SIZE) as u64 != BLOCK_SIZE
+            || get_u32(b, O_INODE_SIZE) as u64 != INODE_SIZE
+        {
             return Err(bad("block or inode size"));
         }
         let incompat = get_u64(b, O_INCOMPAT);
@@ -294,7 +325,10 @@ mod tests {
         for byte in 0..O_CHECKSUM + 4 {
             let mut b = enc.clone();
             b[byte] ^= 0x10;
-            assert!(Superblock::decode(&b, 0).is_err(), "flip at byte {byte} not caught");
+            assert!(
+                Superblock::decode(&b, 0).is_err(),
+                "flip at byte {byte} not caught"
+            );
         }
     }
 

@@ -46,7 +46,11 @@ pub struct HashFs {
 impl HashFs {
     /// A table over the geometry's data region; `used` is counted by the mount-time scan.
     pub fn new(geo: &Geometry, used: u64) -> HashFs {
-        HashFs { table_off: geo.slot_off(0), slots: geo.data_blocks, used: AtomicU64::new(used) }
+        HashFs {
+            table_off: geo.slot_off(0),
+            slots: geo.data_blocks,
+            used: AtomicU64::new(used),
+        }
     }
 
     #[inline]
@@ -117,7 +121,10 @@ impl FileMap for HashFs {
             let Some(new) = new else {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             };
-            match self.used.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
+            match self
+                .used
+                .compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => return Ok(()),
                 Err(now) => cur = now,
             }
@@ -134,12 +141,18 @@ impl FileMap for HashFs {
             let off = self.slot_off(slot);
             let v = pm.load_u64(off);
             if (v == FREE || v == TOMBSTONE) && pm.cas_u64(off, v, RESERVED).is_ok() {
-                return Ok(Claim { pblk: slot, prior: v });
+                return Ok(Claim {
+                    pblk: slot,
+                    prior: v,
+                });
             }
             slot = self.next(slot);
         }
         // A reservation guarantees a free slot; reaching here means the count is wrong.
-        Err(io::Error::new(io::ErrorKind::Other, "hash table full despite a reservation"))
+        Err(io::Error::new(
+            io::ErrorKind::Other,
+            "hash table full despite a reservation",
+        ))
     }
 
     fn abandon(&self, pm: &Pm, claim: Claim) {
@@ -267,7 +280,11 @@ mod tests {
         }
         compact_tombstones(&pm, &geo);
         for lblk in 0..200 {
-            assert_eq!(h.lookup(&pm, 7, lblk).is_some(), lblk % 3 != 0, "lblk {lblk}");
+            assert_eq!(
+                h.lookup(&pm, 7, lblk).is_some(),
+                lblk % 3 != 0,
+                "lblk {lblk}"
+            );
         }
     }
 }

@@ -46,7 +46,11 @@ impl Pm {
     /// A private copy-on-write view of an image file: reads see the file, writes stay in this
     /// process (fsck replays the journal on it without touching the image).
     pub fn map_private(file: &std::fs::File, len: u64) -> io::Result<Pm> {
-        Ok(Self::from_backing(Backing::map_private(file, len)?, MediaMode::Memory, len))
+        Ok(Self::from_backing(
+            Backing::map_private(file, len)?,
+            MediaMode::Memory,
+            len,
+        ))
     }
 
     /// A region holding a copy of `bytes` (crash images, tests).
@@ -62,7 +66,14 @@ impl Pm {
     }
 
     fn from_backing(backing: Backing, mode: MediaMode, len: u64) -> Pm {
-        Pm { base: backing.ptr(), len, flush: FlushKind::detect(), mode, trace: None, _backing: backing }
+        Pm {
+            base: backing.ptr(),
+            len,
+            flush: FlushKind::detect(),
+            mode,
+            trace: None,
+            _backing: backing,
+        }
     }
 
     /// Routes every store, flush and fence through `trace` as well (crash testing).
@@ -96,7 +107,8 @@ impl Pm {
         // Offsets come from validated metadata; a miss here is a programming error, and a panic
         // is better than touching memory outside the mapping.
         assert!(
-            off.checked_add(len as u64).is_some_and(|end| end <= self.len),
+            off.checked_add(len as u64)
+                .is_some_and(|end| end <= self.len),
             "media access out of range: offset {off} len {len} region {}",
             self.len
         );
@@ -151,7 +163,12 @@ impl Pm {
     pub fn cas_u64(&self, off: u64, old: u64, new: u64) -> Result<u64, u64> {
         let r = self
             .atomic(off)
-            .compare_exchange(old.to_le(), new.to_le(), Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                old.to_le(),
+                new.to_le(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .map(u64::from_le)
             .map_err(u64::from_le);
         if r.is_ok() {
@@ -184,7 +201,9 @@ impl Pm {
         }
         if mid > 0 {
             // SAFETY: in range, 16-byte aligned destination, length a multiple of 16.
-            unsafe { flush::copy_nontemporal(self.ptr(off + head as u64), data[head..].as_ptr(), mid) };
+            unsafe {
+                flush::copy_nontemporal(self.ptr(off + head as u64), data[head..].as_ptr(), mid)
+            };
             if let Some(t) = &self.trace {
                 t.store_nt(off + head as u64, &data[head..head + mid]);
             }
@@ -275,7 +294,10 @@ impl Pm {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: prefetch is a hint that never faults; the address is in the mapping.
             unsafe {
-                std::arch::x86_64::_mm_prefetch(self.ptr(off) as *const i8, std::arch::x86_64::_MM_HINT_T0)
+                std::arch::x86_64::_mm_prefetch(
+                    self.ptr(off) as *const i8,
+                    std::arch::x86_64::_MM_HINT_T0,
+                )
             };
         }
     }

@@ -55,28 +55,64 @@ impl Backing {
         len: u64,
         writable: bool,
     ) -> io::Result<(Backing, MediaMode)> {
-        let len_usize = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        let len_usize =
+            usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
         let fd = file.as_raw_fd();
         let on_tmpfs = fs_type(path)? == TMPFS_MAGIC;
         // MAP_SYNC is only accepted (with MAP_SHARED_VALIDATE) on DAX mappings; elsewhere the
         // kernel refuses it and we fall back to a plain shared mapping.
         if writable && !on_tmpfs {
-            if let Some(ptr) = mmap(len_usize, prot, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC, fd) {
-                return Ok((Backing::Mapped { ptr, len: len_usize }, MediaMode::Dax));
+            if let Some(ptr) = mmap(
+                len_usize,
+                prot,
+                libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC,
+                fd,
+            ) {
+                return Ok((
+                    Backing::Mapped {
+                        ptr,
+                        len: len_usize,
+                    },
+                    MediaMode::Dax,
+                ));
             }
         }
-        let ptr = mmap(len_usize, prot, libc::MAP_SHARED, fd).ok_or_else(io::Error::last_os_error)?;
-        let mode = if on_tmpfs { MediaMode::Shm } else { MediaMode::File };
-        Ok((Backing::Mapped { ptr, len: len_usize }, mode))
+        let ptr =
+            mmap(len_usize, prot, libc::MAP_SHARED, fd).ok_or_else(io::Error::last_os_error)?;
+        let mode = if on_tmpfs {
+            MediaMode::Shm
+        } else {
+            MediaMode::File
+        };
+        Ok((
+            Backing::Mapped {
+                ptr,
+                len: len_usize,
+            },
+            mode,
+        ))
     }
 
     /// A private copy-on-write mapping: writes stay in this process (fsck's scratch copy).
     pub(super) fn map_private(file: &std::fs::File, len: u64) -> io::Result<Backing> {
-        let len_usize = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-        let ptr = mmap(len_usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE, file.as_raw_fd())
-            .ok_or_else(io::Error::last_os_error)?;
-        Ok(Backing::Mapped { ptr, len: len_usize })
+        let len_usize =
+            usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let ptr = mmap(
+            len_usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+        )
+        .ok_or_else(io::Error::last_os_error)?;
+        Ok(Backing::Mapped {
+            ptr,
+            len: len_usize,
+        })
     }
 
     pub(super) fn msync(&self, mode: MediaMode) -> io::Result<()> {
@@ -97,7 +133,10 @@ fn mmap(len: usize, prot: i32, flags: i32, fd: i32) -> Option<*mut u8> {
 }
 
 fn fs_type(path: &Path) -> io::Result<i64> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: statfs fills the zeroed struct; c is a valid NUL-terminated path.
