@@ -15,6 +15,8 @@ use crate::layout::BLOCK_SIZE;
 use crate::mapping::Claim;
 
 const CACHE_ENTRIES: usize = 8;
+/// Longest run whose lines are all prefetched before the copy.
+const PREFETCH_RUN_MAX: usize = 16 * 1024;
 
 /// HashFS's per-handle translation cache: recent (logical -> data block) translations,
 /// direct-mapped by logical block. An entry is checked against the hash table on use (one
@@ -73,6 +75,9 @@ impl Inner {
             return Ok(0);
         }
         let n = (i.size - off).min(buf.len() as u64) as usize;
+        // Physically adjacent blocks are copied as one run (one memcpy the prefetcher can
+        // follow); `run` is (source offset, start in buf, length).
+        let mut run: Option<(u64, usize, usize)> = None;
         let mut done = 0;
         while done < n {
             let pos = off + done as u64;
@@ -82,14 +87,40 @@ impl Inner {
             if done + len < n {
                 self.map.prefetch(&self.pm, ino, lblk + 1);
             }
-            let dst = &mut buf[done..done + len];
             match self.translate(ino, lblk, cache) {
-                Some(p) => self.pm.read(self.geo.data_off(p) + in_blk as u64, dst),
-                None => dst.fill(0),
+                Some(p) => {
+                    let src = self.geo.data_off(p) + in_blk as u64;
+                    run = match run {
+                        Some((s, d, l)) if s + l as u64 == src => Some((s, d, l + len)),
+                        prev => {
+                            self.copy_run(prev, buf);
+                            Some((src, done, len))
+                        }
+                    };
+                }
+                None => {
+                    self.copy_run(run.take(), buf);
+                    buf[done..done + len].fill(0);
+                }
             }
             done += len;
         }
+        self.copy_run(run, buf);
         Ok(n)
+    }
+
+    fn copy_run(&self, run: Option<(u64, usize, usize)>, buf: &mut [u8]) {
+        if let Some((src, at, len)) = run {
+            // Ask for every line of a short run up front: a cold read then waits for memory
+            // once with many requests in flight instead of line after line. Long runs are left
+            // to the hardware prefetcher, which follows them better.
+            let mut line = src & !63;
+            while len <= PREFETCH_RUN_MAX && line < src + len as u64 {
+                self.pm.prefetch(line);
+                line += 64;
+            }
+            self.pm.read(src, &mut buf[at..at + len]);
+        }
     }
 
     /// Writes `data` at `off` (at EOF when `append`); returns (bytes written, new size). A

@@ -145,6 +145,7 @@ impl Fs {
         // Truncating to zero first makes every byte of the new image read as zero.
         f.set_len(0)?;
         f.set_len(blocks * BLOCK_SIZE)?;
+        preallocate(&f, blocks * BLOCK_SIZE)?;
         let pm = Pm::map_file(&f, path, blocks * BLOCK_SIZE, true)?;
         write_fresh(&pm, &geo);
         pm.sync_backing()?;
@@ -307,6 +308,18 @@ impl Fs {
             Ok(inner) => inner.close(),
             Err(_) => Err(errno(libc::EBUSY)),
         }
+    }
+}
+
+/// Gives the image all its memory (or disk space) now, as real persistent memory has: no
+/// allocation on first write, no ENOSPC from the host file system later.
+fn preallocate(f: &std::fs::File, len: u64) -> io::Result<()> {
+    // SAFETY: posix_fallocate on our own descriptor.
+    match unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, len as libc::off_t) } {
+        0 => Ok(()),
+        // Not every file system supports it; the image still works, sparse.
+        libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        e => Err(io::Error::new(io::Error::from_raw_os_error(e).kind(), format!("cannot allocate the image: {}", io::Error::from_raw_os_error(e)))),
     }
 }
 
