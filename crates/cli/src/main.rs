@@ -1,1 +1,61 @@
-fn main() {}
+//! `nvmfs`: create, check, inspect and benchmark nvmfs images.
+
+mod bench;
+mod fsck;
+mod info;
+mod mkfs;
+mod output;
+mod size;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "nvmfs",
+    version,
+    about = "Create, check, inspect and benchmark nvmfs images",
+    long_about = "Create, check, inspect and benchmark nvmfs images.\n\n\
+        nvmfs is a crash-consistent file system for byte-addressable persistent memory that runs \
+        in user space on a memory-mapped image file (on /dev/shm, a DAX file system, or any \
+        file). These commands work on the image file; none of them mounts it.",
+    after_help = "Sizes accept plain bytes or binary units: 4096, 64K, 512M, 8G, 1T (also KiB, MiB, GiB, TiB).\n\
+        Run `nvmfs help <COMMAND>` or `nvmfs <COMMAND> --help` for details.",
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    Mkfs(mkfs::Args),
+    Fsck(fsck::Args),
+    Info(info::Args),
+    Bench(bench::Args),
+}
+
+fn main() -> ExitCode {
+    output::restore_sigpipe();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // Usage errors of fsck get e2fsck's 16 ("usage or syntax error"), so that
+            // scripts testing fsck's exit bits do not read 2 as "corrected, reboot".
+            let code = match e.exit_code() {
+                2 if std::env::args().nth(1).as_deref() == Some("fsck") => fsck::EXIT_USAGE,
+                c => u8::try_from(c).unwrap_or(2),
+            };
+            return ExitCode::from(code);
+        }
+    };
+    let code = match cli.command {
+        Command::Mkfs(args) => mkfs::run(&args),
+        Command::Fsck(args) => fsck::run(&args),
+        Command::Info(args) => info::run(&args),
+        Command::Bench(args) => bench::run(&args),
+    };
+    ExitCode::from(code)
+}

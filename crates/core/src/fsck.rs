@@ -90,16 +90,24 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
         r.recovery.push(
             "image was not unmounted cleanly: checking it as a mount would recover it".into(),
         );
-        let mut rep = RecoveryReport::default();
-        if let Err(c) = replay_journal(pm, &geo, &mut rep) {
-            r.problem(c.what, c.offset);
-        }
-        if rep.lanes_rolled_back + rep.torn_lanes_cleared > 0 {
-            r.recovery.push(format!(
-                "journal: {} operation(s) in flight rolled back, {} torn record(s) discarded",
-                rep.lanes_rolled_back, rep.torn_lanes_cleared
-            ));
-        }
+    }
+    // Mount rolls back armed records on every read-write mount, so fsck does too; on a clean
+    // image there should be none.
+    let mut rep = RecoveryReport::default();
+    if let Err(c) = replay_journal(pm, &geo, &mut rep) {
+        r.problem(c.what, c.offset);
+    }
+    let in_flight = rep.lanes_rolled_back + rep.torn_lanes_cleared;
+    if in_flight > 0 && !unclean {
+        r.problem(
+            format!("{in_flight} armed journal record(s) on a cleanly unmounted image"),
+            geo.lane_off(0),
+        );
+    } else if in_flight > 0 {
+        r.recovery.push(format!(
+            "journal: {} operation(s) in flight rolled back, {} torn record(s) discarded",
+            rep.lanes_rolled_back, rep.torn_lanes_cleared
+        ));
     }
     let inodes = check_inodes(pm, &geo, &mut r);
     let counts = check_table(pm, &geo, &inodes, unclean, &mut r);
@@ -201,6 +209,9 @@ fn check_table(
             continue;
         }
         let Some((ino, lblk)) = hashfs::split_key(v) else {
+            if v != hashfs::TOMBSTONE {
+                r.problem(format!("hash slot {s}: invalid value {v:#x}"), off);
+            }
             continue;
         };
         let owner = inodes.get(ino as usize).and_then(|i| i.as_ref());

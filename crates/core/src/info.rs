@@ -70,6 +70,7 @@ pub fn inspect(path: &Path) -> io::Result<Info> {
 }
 
 pub fn inspect_pm(pm: &Pm) -> io::Result<Info> {
+    crate::fs::mount::check_region_len(pm)?;
     let (sb, used_replica) = read_superblock(pm)?;
     let geo = sb.geo.clone();
     if geo.total_blocks * BLOCK_SIZE > pm.len() {

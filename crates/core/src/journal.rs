@@ -146,11 +146,6 @@ impl Tx<'_> {
         self.staging.fresh.push((off, data.len()));
     }
 
-    /// Zeroes free space (non-temporal: durable at the arming fence).
-    pub fn fresh_zero(&mut self, off: u64, len: usize) {
-        self.pm.zero_nt(off, len);
-    }
-
     /// Makes the staged writes durable and atomic (see the module comment).
     pub fn commit(self) {
         let pm = self.pm;
@@ -220,8 +215,9 @@ pub struct UndoEntry {
     pub old: Vec<u8>,
 }
 
-/// Reads lane `lane` and decodes its record. Entries must lie inside the metadata area
-/// (`limit`): a record pointing elsewhere is damaged, never applied.
+/// Reads lane `lane` and decodes its record. Entries must lie between the start of the inode
+/// table and `limit` (the end of the image; directory entries live in data blocks): a record
+/// pointing elsewhere is damaged, never applied.
 pub fn read_lane(
     pm: &Pm,
     geo: &Geometry,
@@ -311,7 +307,7 @@ mod tests {
         tx.commit();
         assert_eq!(pm.bytes(target, 20), &[9; 20]);
         for lane in 0..geo.journal_lanes {
-            let (state, _) = read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap();
+            let (state, _) = read_lane(&pm, &geo, lane, geo.total_blocks * BLOCK_SIZE).unwrap();
             assert_eq!(state, LaneState::Idle);
         }
     }
@@ -332,13 +328,15 @@ mod tests {
         pm.write(a, &[2; 16]);
         pm.store_u64(b, 5);
         drop(tx);
-        let (state, entries) = read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap();
+        let (state, entries) = read_lane(&pm, &geo, lane, geo.total_blocks * BLOCK_SIZE).unwrap();
         assert_eq!(state, LaneState::Armed { entries: 2 });
         roll_back(&pm, &geo, lane, &entries);
         assert_eq!(pm.bytes(a, 16), &[1; 16]);
         assert_eq!(pm.load_u64(b), 0);
         assert_eq!(
-            read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap().0,
+            read_lane(&pm, &geo, lane, geo.total_blocks * BLOCK_SIZE)
+                .unwrap()
+                .0,
             LaneState::Idle
         );
     }
@@ -356,7 +354,9 @@ mod tests {
         let off = geo.lane_off(lane) + HEADER_LEN as u64 + 20;
         pm.write(off, &[0xff]);
         assert_eq!(
-            read_lane(&pm, &geo, lane, geo.metadata_end()).unwrap().0,
+            read_lane(&pm, &geo, lane, geo.total_blocks * BLOCK_SIZE)
+                .unwrap()
+                .0,
             LaneState::Torn
         );
     }

@@ -2,6 +2,8 @@
 //!
 //! [`micro`] runs the same microbenchmark workloads on nvmfs (in-process) and
 //! on kernel file systems (through system calls) and reports ops/s and latency
-//! percentiles side by side.
+//! percentiles side by side. [`scale`] measures lookups in a directory of a million
+//! files, DRAM held and mount time.
 
 pub mod micro;
+pub mod scale;

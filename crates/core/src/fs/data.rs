@@ -224,12 +224,13 @@ impl Inner {
             self.pm.fence();
             return;
         }
+        self.fence_if_hole_fill(i, claims);
         for &(c, lblk) in claims {
             self.map.publish(&self.pm, c, ino, lblk);
         }
         self.pm.fence();
-        // Size first: stores to one line persist in order, and a block count ahead of its
-        // size would be the one inconsistency recovery cannot explain.
+        // Size before block count and times (one line: they persist in this order); recovery
+        // recomputes block counts after a crash in any case.
         self.pm.store_u64(base + inode::O_SIZE as u64, new_size);
         self.pm.store_u64(
             base + inode::O_BLOCKS as u64,
@@ -239,6 +240,17 @@ impl Inner {
         self.pm.store_u64(base + inode::O_CTIME as u64, now);
         self.pm.persist(base, 64);
         self.pm.fence();
+    }
+
+    /// New blocks inside EOF (filling a hole) must hold their data before the mapping that
+    /// exposes them is durable, so they get a fence of their own. Blocks past EOF need none:
+    /// the size that exposes them is stored after the next fence, and recovery frees them
+    /// if it never is.
+    fn fence_if_hole_fill(&self, i: &Inode, claims: &[(Claim, u32)]) {
+        let eof_blocks = i.size.div_ceil(BLOCK_SIZE);
+        if claims.iter().any(|&(_, lblk)| (lblk as u64) < eof_blocks) {
+            self.pm.fence();
+        }
     }
 
     /// Zeroes whatever is mapped in [from, to) (not fenced: the caller fences before moving
@@ -290,7 +302,7 @@ impl Inner {
             let freed = self.unmap_from(ino, size.div_ceil(BLOCK_SIZE), old_end);
             self.pm.fence();
             if freed > 0 {
-                i.blocks -= freed;
+                i.blocks = i.blocks.saturating_sub(freed);
                 let base = self.geo.inode_off(ino as u64);
                 self.pm.store_u64(base + inode::O_BLOCKS as u64, i.blocks);
                 self.pm.persist(base + inode::O_BLOCKS as u64, 8);
@@ -355,6 +367,7 @@ impl Inner {
         if !keep && end > i.size {
             self.zero_range(ino, &i, i.size, end, &mut cache);
         }
+        self.fence_if_hole_fill(&i, &claims);
         for &(c, lblk) in &claims {
             self.map.publish(&self.pm, c, ino, lblk);
         }
@@ -395,7 +408,7 @@ impl Inner {
             0
         };
         self.pm.fence();
-        i.blocks -= freed;
+        i.blocks = i.blocks.saturating_sub(freed);
         i.ctime_ns = now_ns();
         i.mtime_ns = i.ctime_ns;
         let mut tx = self.tx();

@@ -210,7 +210,9 @@ impl DirIndex {
             (self.hw, 0)
         };
         let unit = self.hw + gap;
-        let new_block = (unit % UNITS_PER_BLOCK == 0).then_some(unit / UNITS_PER_BLOCK);
+        let new_block = unit
+            .is_multiple_of(UNITS_PER_BLOCK)
+            .then_some(unit / UNITS_PER_BLOCK);
         InsertPlan {
             unit,
             units,
@@ -251,19 +253,6 @@ impl DirIndex {
             e.remove();
         }
         self.push_free_run(unit, units);
-    }
-
-    /// Records that the entry at `unit` now has a name with hash `h` (rename over an entry).
-    pub fn apply_rehash(&mut self, unit: u32, old_h: u64, new_h: u64) {
-        if let Ok(e) = self
-            .table
-            .find_entry(rehash(h32(old_h)), |&(u, _)| u == unit)
-        {
-            e.remove();
-        }
-        let hh = h32(new_h);
-        self.table
-            .insert_unique(rehash(hh), (unit, hh), |e| rehash(e.1));
     }
 
     fn push_free_run(&mut self, mut start: u32, mut len: u32) {

@@ -1,13 +1,13 @@
 //! Formatting, mounting, recovery and unmounting.
 //!
-//! Mount order: superblock (primary, else replica) -> journal roll-back of armed records ->
-//! inode-table scan (free pools, orphans) -> hash-table scan (used count; after an unclean
-//! shutdown also stray and reserved slots and per-inode block counts) -> tombstone compaction
-//! -> orphans freed -> state block set to "mounted".
+//! Mount order (read-write): superblock (primary, else replica) -> journal roll-back of armed
+//! records -> inode-table scan (free pools, orphans) -> hash-table scan (used count, reserved
+//! slots turned into tombstones; after an unclean shutdown also stray slots and per-inode
+//! block counts) -> tombstone compaction -> orphans freed -> state block set to "mounted".
 
 use std::hash::BuildHasher;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,7 +114,9 @@ fn open_image(path: &Path, writable: bool) -> io::Result<std::fs::File> {
         .open(path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
     let ft = f.metadata()?.file_type();
-    if !ft.is_file() && !ft.is_block_device() {
+    // Block and DAX character devices need their size from an ioctl and are not supported
+    // yet: images are regular files (on tmpfs, a DAX mount, or any file system).
+    if !ft.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{}: not a regular file", path.display()),
@@ -181,6 +183,14 @@ impl Fs {
         Self::mount_pm(pm, &MountOptions::default(), None, None)
     }
 
+    /// Formats the zeroed region `pm` (which may carry a persistence tracer) and mounts it.
+    pub fn format_pm(pm: Pm) -> io::Result<Fs> {
+        let geo = Geometry::compute(pm.len() / BLOCK_SIZE, None)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        write_fresh(&pm, &geo);
+        Self::mount_pm(pm, &MountOptions::default(), None, None)
+    }
+
     /// Mounts an image already in `pm` (tests, crash images).
     pub fn mount_pm(
         pm: Pm,
@@ -188,6 +198,7 @@ impl Fs {
         path: Option<PathBuf>,
         image: Option<std::fs::File>,
     ) -> io::Result<Fs> {
+        check_region_len(&pm)?;
         let (sb, used_replica) = read_superblock(&pm)?;
         let geo = sb.geo.clone();
         if geo.total_blocks * BLOCK_SIZE > pm.len() {
@@ -319,7 +330,13 @@ fn preallocate(f: &std::fs::File, len: u64) -> io::Result<()> {
         0 => Ok(()),
         // Not every file system supports it; the image still works, sparse.
         libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
-        e => Err(io::Error::new(io::Error::from_raw_os_error(e).kind(), format!("cannot allocate the image: {}", io::Error::from_raw_os_error(e)))),
+        e => Err(io::Error::new(
+            io::Error::from_raw_os_error(e).kind(),
+            format!(
+                "cannot allocate the image: {}",
+                io::Error::from_raw_os_error(e)
+            ),
+        )),
     }
 }
 
@@ -342,6 +359,17 @@ fn lock_image(f: &std::fs::File, path: &Path, exclusive: bool) -> io::Result<()>
             ));
         }
         return Err(e);
+    }
+    Ok(())
+}
+
+/// Refuses a region too short to hold the superblocks and the state block.
+pub(crate) fn check_region_len(pm: &Pm) -> io::Result<()> {
+    if pm.len() < (STATE_BLOCK + 1) * BLOCK_SIZE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("too small to be an nvmfs image ({} bytes)", pm.len()),
+        ));
     }
     Ok(())
 }
@@ -376,7 +404,7 @@ pub(crate) fn replay_journal(
     report: &mut RecoveryReport,
 ) -> Result<(), Corrupted> {
     for lane in 0..geo.journal_lanes {
-        match journal::read_lane(pm, geo, lane, geo.metadata_end())? {
+        match journal::read_lane(pm, geo, lane, geo.total_blocks * BLOCK_SIZE)? {
             (LaneState::Idle, _) => {}
             (LaneState::Armed { .. }, entries) => {
                 journal::roll_back(pm, geo, lane, &entries);
@@ -449,7 +477,8 @@ fn repair_table(pm: &Pm, geo: &Geometry, unclean: bool, report: &mut RecoveryRep
         let off = geo.slot_off(s);
         let v = pm.load_u64(off);
         if v == RESERVED {
-            pm.store_u64(off, hashfs::FREE);
+            // A tombstone, not a free slot: keys placed past it must stay reachable.
+            pm.store_u64(off, TOMBSTONE);
             pm.persist(off, 8);
             report.reserved_slots_cleared += 1;
             continue;

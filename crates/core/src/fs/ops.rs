@@ -153,7 +153,7 @@ impl Inner {
             block[..units.len()].copy_from_slice(&units);
             tx.fresh(self.geo.data_off(c.pblk), &block);
             let (off, v) = self.map.publish_entry(c, dir, lblk);
-            tx.write_with_old(off, &c.prior.to_le_bytes(), &v.to_le_bytes());
+            tx.write_with_old(off, &c.undo_value().to_le_bytes(), &v.to_le_bytes());
         } else {
             let off = idx.unit_off(&self.geo, ins.plan.unit);
             tx.fresh(off + 8, &units[8..]);
@@ -236,7 +236,7 @@ impl Inner {
                 Some(c) => {
                     tx.fresh(self.geo.data_off(c.pblk), t);
                     let (off, v) = self.map.publish_entry(c, ino, 0);
-                    tx.write_with_old(off, &c.prior.to_le_bytes(), &v.to_le_bytes());
+                    tx.write_with_old(off, &c.undo_value().to_le_bytes(), &v.to_le_bytes());
                     new.blocks = 1;
                 }
                 None => new.inline[..t.len()].copy_from_slice(t),
@@ -302,9 +302,9 @@ impl Inner {
         let p = st.get(parent);
         p.mtime_ns = now;
         p.ctime_ns = now;
-        p.dir_entries -= 1;
+        p.dir_entries = p.dir_entries.saturating_sub(1);
         if dir {
-            p.nlink -= 1;
+            p.nlink = p.nlink.saturating_sub(1);
         }
         let c = st.get(child);
         c.nlink = if dir { 0 } else { c.nlink.saturating_sub(1) };
@@ -621,11 +621,14 @@ impl Fs {
         let ino = to_ino(ino)?;
         let _g = inner.stripes.write(ino);
         let mut i = inner.inode(ino)?;
+        let mut changed = false;
         if let Some(size) = attr.size {
+            // A truncate to the current size still stamps mtime and ctime (as Linux does);
+            // set_size persists those itself when the size changes.
+            changed = size == i.size && i.falloc_end == 0;
             inner.set_size(ino, &mut i, size)?;
         }
         let now = now_ns();
-        let mut changed = false;
         if let Some(m) = attr.mode {
             i.mode = (i.mode & libc::S_IFMT) | (m & 0o7777);
             changed = true;

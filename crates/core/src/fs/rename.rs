@@ -139,6 +139,7 @@ impl Rename<'_> {
             if cur as u64 == ROOT_INO {
                 return Ok(());
             }
+            let _g = self.inner.stripes.read(cur);
             cur = self.inner.inode(cur)?.parent;
         }
         Err(errno(libc::ELOOP))
@@ -209,7 +210,7 @@ impl Rename<'_> {
                 };
                 inner.stage_insert(&mut tx, didx, dp, ins, &h, dname);
                 tx.write_u64(s_off, 0);
-                st.get(sp).dir_entries -= 1;
+                dec(&mut st.get(sp).dir_entries);
                 let d = st.get(dp);
                 d.dir_entries += 1;
                 d.dir_units = ins.plan.new_hw;
@@ -220,19 +221,19 @@ impl Rename<'_> {
                 let h = Header::new(src_h.ino, dname.len(), src_h.ftype);
                 tx.write_u64(d_off, h.encode());
                 tx.write_u64(s_off, 0);
-                st.get(sp).dir_entries -= 1;
+                dec(&mut st.get(sp).dir_entries);
                 let v = st.get(d.header.ino);
                 v.nlink = if d.header.ftype == FileType::Dir {
                     0
                 } else {
-                    v.nlink - 1
+                    v.nlink.saturating_sub(1)
                 };
                 v.ctime_ns = now;
                 if v.nlink == 0 {
                     last_link = Some(d.header);
                 }
                 if d.header.ftype == FileType::Dir {
-                    st.get(dp).nlink -= 1;
+                    dec(&mut st.get(dp).nlink);
                 }
             }
             Dest::Exchange(d) => {
@@ -248,14 +249,14 @@ impl Rename<'_> {
                 st.get(d.header.ino).ctime_ns = now;
                 if sp != dp && d.header.ftype == FileType::Dir {
                     st.get(d.header.ino).parent = sp;
-                    st.get(dp).nlink -= 1;
+                    dec(&mut st.get(dp).nlink);
                     st.get(sp).nlink += 1;
                 }
             }
         }
         if sp != dp && src_h.ftype == FileType::Dir {
             st.get(src_h.ino).parent = dp;
-            st.get(sp).nlink -= 1;
+            dec(&mut st.get(sp).nlink);
             st.get(dp).nlink += 1;
         }
         st.get(src_h.ino).ctime_ns = now;
@@ -285,4 +286,9 @@ impl Rename<'_> {
         }
         Ok(())
     }
+}
+
+/// Decrements a count read from media; a damaged count stays at zero instead of wrapping.
+fn dec(v: &mut u32) {
+    *v = v.saturating_sub(1);
 }

@@ -223,7 +223,7 @@ impl Inode {
                 if self.size != 0 || self.falloc_end != 0 {
                     return bad("directory with a size");
                 }
-                if self.dir_units as u64 > FILE_SIZE_MAX / 64 || self.dir_entries > self.dir_units {
+                if self.dir_entries > self.dir_units {
                     return bad("directory entry counts");
                 }
             }

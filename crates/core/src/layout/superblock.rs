@@ -23,6 +23,8 @@ pub const ENTRIES_PER_BLOCK: u64 = BLOCK_SIZE / 8;
 pub const BYTES_PER_INODE: u64 = 16 * 1024;
 /// The smallest image: superblocks, state, journal, one inode block and a few data blocks.
 pub const MIN_BLOCKS: u64 = 64;
+/// The largest image: 2^40 blocks (4 EiB).
+pub const MAX_BLOCKS: u64 = 1 << 40;
 
 // Field offsets.
 const O_MAGIC: usize = 0;
@@ -66,6 +68,11 @@ pub struct Geometry {
 impl Geometry {
     /// Lays out an image of `total_blocks` with about `inode_count` inodes.
     pub fn compute(total_blocks: u64, inode_count: Option<u64>) -> Result<Geometry, String> {
+        if total_blocks > MAX_BLOCKS {
+            return Err(format!(
+                "image too large: {total_blocks} blocks, at most {MAX_BLOCKS}"
+            ));
+        }
         if total_blocks < MIN_BLOCKS {
             return Err(format!(
                 "image too small: {} blocks, need at least {MIN_BLOCKS}",
@@ -144,7 +151,7 @@ impl Geometry {
     fn validate(&self, offset: u64) -> Result<(), Corrupted> {
         let per_block = BLOCK_SIZE / INODE_SIZE;
         let bad = |what: &str| Err(corrupted(format!("superblock: {what}"), offset));
-        if self.total_blocks < MIN_BLOCKS || self.total_blocks > (1u64 << 40) {
+        if self.total_blocks < MIN_BLOCKS || self.total_blocks > MAX_BLOCKS {
             return bad("total_blocks out of range");
         }
         if self.journal_start != JOURNAL_START_BLOCK
@@ -161,7 +168,7 @@ impl Geometry {
             return bad("inode table start");
         }
         if self.inode_count < per_block
-            || self.inode_count % per_block != 0
+            || !self.inode_count.is_multiple_of(per_block)
             || self.inode_count > u32::MAX as u64
         {
             return bad("inode count");

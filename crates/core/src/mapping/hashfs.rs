@@ -30,8 +30,8 @@ pub fn split_key(v: u64) -> Option<(u32, u32)> {
     (v >> 32 != 0).then_some(((v >> 32) as u32, v as u32))
 }
 
-/// splitmix64's finaliser: every key bit affects every hash bit, so consecutive blocks of a
-/// file land in unrelated slots and the table stays evenly loaded.
+/// splitmix64's finaliser: every key bit affects every hash bit, so the home groups of a
+/// file's runs land in unrelated places and the table stays evenly loaded.
 #[inline]
 fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -160,14 +160,11 @@ impl FileMap for HashFs {
             slot = self.next(slot);
         }
         // A reservation guarantees a free slot; reaching here means the count is wrong.
-        Err(io::Error::new(
-            io::ErrorKind::Other,
-            "hash table full despite a reservation",
-        ))
+        Err(io::Error::other("hash table full despite a reservation"))
     }
 
     fn abandon(&self, pm: &Pm, claim: Claim) {
-        pm.store_u64(self.slot_off(claim.pblk), claim.prior);
+        pm.store_u64(self.slot_off(claim.pblk), claim.undo_value());
         self.unreserve(1);
     }
 

@@ -8,11 +8,21 @@ use std::io;
 
 use crate::media::Pm;
 
-/// The value a claimed block's entry had before the claim (what a roll-back restores).
+/// A claimed block and the value its entry had before the claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Claim {
     pub pblk: u64,
     pub prior: u64,
+}
+
+impl Claim {
+    /// What an abandoned or rolled-back claim leaves in its entry. Never "free": while the
+    /// entry was claimed, other keys may have been placed past it, and a free entry would end
+    /// their probe chains early. A tombstone keeps them reachable (mount compaction turns
+    /// chain-ending tombstones back into free entries).
+    pub fn undo_value(&self) -> u64 {
+        hashfs::TOMBSTONE
+    }
 }
 
 /// A file-mapping structure that also hands out data blocks.

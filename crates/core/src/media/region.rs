@@ -85,7 +85,8 @@ impl Backing {
         // On tmpfs the pages already exist (mkfs preallocates them): mapping them all now keeps
         // page faults off the data path, as on a DAX device.
         let populate = if on_tmpfs { libc::MAP_POPULATE } else { 0 };
-        let ptr = mmap(len_usize, prot, libc::MAP_SHARED | populate, fd).ok_or_else(io::Error::last_os_error)?;
+        let ptr = mmap(len_usize, prot, libc::MAP_SHARED | populate, fd)
+            .ok_or_else(io::Error::last_os_error)?;
         let mode = if on_tmpfs {
             MediaMode::Shm
         } else {

@@ -16,7 +16,7 @@ mod nvmfs_target;
 mod reference;
 mod report;
 mod session;
-mod sys;
+pub mod sys;
 
 pub use measure::Percentiles;
 pub use report::{format_table, print_table, to_json, write_json, Record, TargetKind};

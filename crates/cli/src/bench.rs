@@ -1,0 +1,223 @@
+//! `nvmfs bench micro`: the microbenchmarks of nvmfs-lab, nvmfs against kernel file systems.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use clap::builder::PossibleValuesParser;
+use nvmfs_lab::micro::{self, all_workloads, MicroConfig, TargetSpec};
+
+use crate::output;
+use crate::size::{format_size, parse_size};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Run benchmarks of nvmfs against kernel file systems",
+    long_about = "Run benchmarks. Scratch images and directories are created in a tmpfs and removed \
+        afterwards, also on error or interrupt.",
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Args {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum BenchCommand {
+    Micro(MicroArgs),
+}
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Microbenchmarks: nvmfs in-process against kernel file systems",
+    long_about = "Microbenchmarks: nvmfs in-process against kernel file systems.\n\n\
+        Every selected workload runs on every target, one after the other (never concurrently). \
+        Each has an untimed setup, a short unrecorded warm-up and a measured phase of --seconds \
+        in which every operation's latency is recorded. nvmfs operations are durable when they \
+        return; the kernel targets use plain system calls without fsync. seqread-1m also gets \
+        a memcpy reference row.\n\n\
+        Progress goes to stderr, the result table to stdout, and with --json FILE the records \
+        to FILE as a JSON array. Ctrl-C stops after the current step and removes the scratch \
+        files; a second Ctrl-C quits at once.",
+    after_help = "Exit status: 0 on success, 1 on error, 130 when interrupted.\n\n\
+        Examples:\n  nvmfs bench micro\n  \
+        nvmfs bench micro --target nvmfs --target dir:/mnt/ext4 --workload stat --seconds 3\n  \
+        nvmfs bench micro --file-size 64M --files 1000 --image-size 512M --json micro.json"
+)]
+pub struct MicroArgs {
+    /// Where to run, in order (repeat for several): `nvmfs` (the library in-process on a fresh
+    /// image in the shm dir), `tmpfs` (a fresh directory in the shm dir, through system calls)
+    /// or `dir:PATH` (a fresh subdirectory of PATH, e.g. on ext4) [default: nvmfs, tmpfs]
+    #[arg(short, long = "target", value_name = "T", value_parser = TargetSpec::parse)]
+    targets: Vec<TargetSpec>,
+    /// Workload to run (repeat for several) [default: all]
+    #[arg(
+        short,
+        long = "workload",
+        value_name = "W",
+        value_parser = PossibleValuesParser::new(all_workloads().iter().copied())
+    )]
+    workloads: Vec<String>,
+    #[arg(long, value_name = "S", help = with_default(
+        "Length of the measured phase of each workload on each target, in seconds",
+        MicroConfig::default().seconds.to_string(),
+    ))]
+    seconds: Option<f64>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help = with_default(
+        "Size of the data file of randread/overwrite/seqread/seqwrite (at least 1M)",
+        format_size(MicroConfig::default().file_size_bytes),
+    ))]
+    file_size: Option<u64>,
+    #[arg(long, value_name = "N", help = with_default(
+        "Number of 16 KiB files of create/stat/open-read/unlink",
+        MicroConfig::default().file_count.to_string(),
+    ))]
+    files: Option<usize>,
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help = with_default(
+        "Size of the nvmfs image; it must hold the data file and two sets of --files files",
+        format_size(MicroConfig::default().image_size_bytes),
+    ))]
+    image_size: Option<u64>,
+    #[arg(long, value_name = "DIR", help = with_default(
+        "Directory (a tmpfs) for the nvmfs image and the tmpfs target",
+        MicroConfig::default().shm_dir.display().to_string(),
+    ))]
+    shm_dir: Option<PathBuf>,
+    /// Also write the records to FILE as a JSON array
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+fn with_default(text: &str, default: String) -> String {
+    format!("{text} [default: {default}]")
+}
+
+pub fn run(args: &Args) -> u8 {
+    match &args.command {
+        BenchCommand::Micro(m) => run_micro(m),
+    }
+}
+
+fn run_micro(args: &MicroArgs) -> u8 {
+    let d = MicroConfig::default();
+    let cfg = MicroConfig {
+        targets: if args.targets.is_empty() {
+            d.targets
+        } else {
+            args.targets.clone()
+        },
+        workloads: args.workloads.clone(),
+        seconds: args.seconds.unwrap_or(d.seconds),
+        file_size_bytes: args.file_size.unwrap_or(d.file_size_bytes),
+        file_count: args.files.unwrap_or(d.file_count),
+        image_size_bytes: args.image_size.unwrap_or(d.image_size_bytes),
+        shm_dir: args.shm_dir.clone().unwrap_or(d.shm_dir),
+    };
+    // Fail before running anything rather than after the whole benchmark.
+    if let Some(path) = &args.json {
+        if let Err(e) = check_writable(path) {
+            eprintln!("nvmfs bench: --json {}: {e}", path.display());
+            return 1;
+        }
+    }
+    install_interrupt_handler();
+    let mut progress = |msg: &str| {
+        if interrupted().is_some() && !std::thread::panicking() {
+            // Unwinds out of the benchmark; its guards unmount and delete the scratch
+            // images and directories on the way (see `Interrupted`).
+            panic::resume_unwind(Box::new(Interrupted));
+        }
+        eprintln!("{msg}");
+    };
+    let result = panic::catch_unwind(AssertUnwindSafe(|| micro::run(&cfg, &mut progress)));
+    let records = match result {
+        Ok(Ok(records)) => records,
+        Ok(Err(e)) => {
+            if let Some(code) = interrupted() {
+                eprintln!("nvmfs bench: interrupted");
+                return code;
+            }
+            eprintln!("nvmfs bench: {e}");
+            return 1;
+        }
+        Err(payload) if payload.is::<Interrupted>() => {
+            eprintln!("nvmfs bench: interrupted; scratch files removed");
+            return interrupted().unwrap_or(130);
+        }
+        Err(payload) => panic::resume_unwind(payload),
+    };
+    if !output::print("bench", &micro::format_table(&records)) {
+        return 1;
+    }
+    if let Some(path) = &args.json {
+        if let Err(e) = micro::write_json(path, &records) {
+            eprintln!("nvmfs bench: cannot write {}: {e}", path.display());
+            return 1;
+        }
+        eprintln!("wrote {} records to {}", records.len(), path.display());
+    }
+    0
+}
+
+/// Opens `path` for writing without truncating it (creating it if needed, and removing
+/// it again if so), to catch a bad --json path before the run.
+fn check_writable(path: &std::path::Path) -> std::io::Result<()> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// Panic payload used to abandon the benchmark on SIGINT/SIGTERM: `resume_unwind` does not
+/// run the panic hook, so nothing is printed, and the unwinding drops the benchmark's
+/// scratch guards, which remove its images and directories.
+struct Interrupted;
+
+/// The signal that interrupted the benchmark (0: none).
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// The exit status for an interrupt (128 + signal), if one arrived.
+fn interrupted() -> Option<u8> {
+    match SIGNAL.load(Ordering::Relaxed) {
+        0 => None,
+        sig => Some(u8::try_from(128 + sig).unwrap_or(130)),
+    }
+}
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only async-signal-safe work: an atomic store and write(2).
+    SIGNAL.store(sig, Ordering::Relaxed);
+    const MSG: &[u8] = b"\nnvmfs bench: interrupted: stopping after the current step and removing \
+        scratch files (interrupt again to quit at once)\n";
+    // SAFETY: write(2) of a static buffer to stderr.
+    unsafe {
+        libc::write(2, MSG.as_ptr().cast(), MSG.len());
+    }
+}
+
+/// SIGINT and SIGTERM set `SIGNAL`; the progress callback then unwinds out of the run.
+/// SA_RESETHAND restores the default action, so a second signal ends the process at once.
+fn install_interrupt_handler() {
+    // SAFETY: sigaction with a zeroed (then filled) struct and a handler that only does
+    // async-signal-safe work.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        sa.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
+                eprintln!(
+                    "nvmfs bench: warning: cannot install the interrupt handler: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Runs the built `nvmfs` binary: mkfs -> info -> fsck, damaged and missing images, and
+//! mkfs refusing to overwrite.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn nvmfs(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nvmfs"))
+        .args(args)
+        .output()
+        .expect("run nvmfs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn mkfs_16m(image: &Path) {
+    let out = nvmfs(&["mkfs", "--size", "16M", image.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "mkfs: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("16 MiB") && stdout.contains("inodes"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn mkfs_info_fsck_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("test.img");
+    let img = image.to_str().unwrap();
+    mkfs_16m(&image);
+    assert_eq!(std::fs::metadata(&image).unwrap().len(), 16 << 20);
+
+    let out = nvmfs(&["info", img, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "info: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("info --json is JSON");
+    assert_eq!(v["size_bytes"], 16u64 << 20);
+    assert_eq!(v["fs_size_bytes"], 16u64 << 20);
+    assert_eq!(v["block_size_bytes"], 4096);
+    assert_eq!(v["clean"], true);
+    assert_eq!(v["usage"]["directories"], 1);
+    assert_eq!(v["usage"]["inodes_used"], 1);
+    assert_eq!(v["mapping"]["probe_histogram"].as_array().unwrap().len(), 7);
+    let data = &v["regions"]["data"];
+    assert_eq!(
+        data["start_block"].as_u64().unwrap() + data["blocks"].as_u64().unwrap(),
+        v["total_blocks"].as_u64().unwrap()
+    );
+
+    let out = nvmfs(&["info", img]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("hash table"));
+
+    let out = nvmfs(&["fsck", img]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "fsck: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains(": clean, 1 inodes"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = nvmfs(&["fsck", "-n", "--json", img]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("fsck --json is JSON");
+    assert_eq!(v["clean"], true);
+    assert_eq!(v["problems"].as_array().unwrap().len(), 0);
+    assert_eq!(v["directories"], 1);
+}
+
+#[test]
+fn fsck_of_zeroed_superblocks_exits_4() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("zeroed.img");
+    let img = image.to_str().unwrap();
+    mkfs_16m(&image);
+    // Both superblocks: the primary (block 0) and the replica (block 1).
+    let mut bytes = std::fs::read(&image).unwrap();
+    bytes[..8192].fill(0);
+    std::fs::write(&image, &bytes).unwrap();
+
+    let out = nvmfs(&["fsck", img]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("0x0: "), "{stdout}");
+    assert!(stdout.contains("problem(s) found"), "{stdout}");
+
+    let out = nvmfs(&["fsck", "--json", img]);
+    assert_eq!(out.status.code(), Some(4));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["clean"], false);
+    assert_eq!(v["problems"][0]["offset"], 0);
+
+    let out = nvmfs(&["info", img]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).starts_with("nvmfs info: "),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn fsck_operational_errors_exit_8() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.img");
+    let out = nvmfs(&["fsck", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(8));
+    assert!(
+        text(&out.stderr).starts_with("nvmfs fsck: "),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A directory is not an image.
+    let out = nvmfs(&["fsck", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(8));
+
+    // Repair is not implemented yet.
+    let image = dir.path().join("ok.img");
+    mkfs_16m(&image);
+    let out = nvmfs(&["fsck", "-y", image.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(8));
+    assert!(text(&out.stderr).contains("not implemented"));
+
+    // Usage errors get e2fsck's 16.
+    let out = nvmfs(&["fsck"]);
+    assert_eq!(out.status.code(), Some(16));
+}
+
+#[test]
+fn mkfs_refuses_to_overwrite_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("keep.img");
+    let img = image.to_str().unwrap();
+    mkfs_16m(&image);
+    let before = std::fs::read(&image).unwrap();
+
+    let out = nvmfs(&["mkfs", "--size", "16M", img]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.starts_with("nvmfs mkfs: "), "{stderr}");
+    assert!(
+        stderr.contains(img) && stderr.contains("nvmfs image") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&image).unwrap(),
+        before,
+        "refused mkfs must not touch the image"
+    );
+
+    // Any other data is protected too.
+    let other = dir.path().join("notes.txt");
+    std::fs::write(&other, "precious").unwrap();
+    let out = nvmfs(&["mkfs", "--size", "16M", other.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(std::fs::read(&other).unwrap(), b"precious");
+
+    // --force overwrites: a new file system with a new uuid.
+    let uuid = |p: &str| {
+        let out = nvmfs(&["info", "--json", p]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["uuid"].as_str().unwrap().to_string()
+    };
+    let old = uuid(img);
+    let out = nvmfs(&["mkfs", "--size", "16M", "--force", img]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_ne!(uuid(img), old);
+}
+
+#[test]
+fn mkfs_rejects_bad_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("bad.img");
+    let img = image.to_str().unwrap();
+    for size in ["12X", "1.5G", "1MB", "100K", ""] {
+        let out = nvmfs(&["mkfs", "--size", size, img]);
+        assert_eq!(out.status.code(), Some(1), "size {size:?}");
+        assert!(
+            text(&out.stderr).starts_with("nvmfs mkfs: "),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(!image.exists(), "a failed mkfs leaves no file");
+    }
+}
+
+#[test]
+fn fsck_and_info_of_an_image_left_mounted() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("mounted.img");
+    let img = image.to_str().unwrap();
+    mkfs_16m(&image);
+    let fs = nvmfs::Fs::mount(&image, &nvmfs::MountOptions::default()).unwrap();
+    fs.create_dir("/d").unwrap();
+
+    let out = nvmfs(&["info", "--json", img]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["clean"], false);
+    assert_eq!(v["mount_count"], 1);
+    assert_eq!(v["usage"]["directories"], 2);
+
+    // Still mounted (by this process): fsck warns, checks the snapshot as recovered.
+    let out = nvmfs(&["fsck", img]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains("in use"), "{stderr}");
+    assert!(stdout.contains("recovery: "), "{stdout}");
+    assert!(stdout.contains("clean, 2 inodes"), "{stdout}");
+
+    // Never formatted while in use, even with --force.
+    let out = nvmfs(&["mkfs", "--size", "16M", "--force", img]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("in use by another process"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    fs.unmount().unwrap();
+    let out = nvmfs(&["fsck", img]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains("recovery: "));
+}
+
+#[test]
+fn help_describes_commands() {
+    let out = nvmfs(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = text(&out.stdout);
+    for cmd in ["mkfs", "fsck", "info", "bench"] {
+        assert!(help.contains(cmd), "{help}");
+    }
+    let out = nvmfs(&["fsck", "--help"]);
+    let help = text(&out.stdout);
+    assert!(
+        help.contains("Exit status") && help.contains("operational error"),
+        "{help}"
+    );
+
+    // No subcommand: help on stderr, usage error.
+    let out = nvmfs(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("Usage: nvmfs"));
+}
