@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::builder::PossibleValuesParser;
 use nvmfs_lab::micro::{self, all_workloads, MicroConfig, TargetSpec};
+use nvmfs_lab::scale::{self, ScaleConfig};
 
 use crate::output;
 use crate::size::{format_size, parse_size};
@@ -26,6 +27,43 @@ pub struct Args {
 #[derive(clap::Subcommand, Debug)]
 enum BenchCommand {
     Micro(MicroArgs),
+    Scale(ScaleArgs),
+}
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Many files: lookup in a huge directory, DRAM held, mount time",
+    long_about = "Formats a large nvmfs image in the shm dir, creates --files empty files in one \
+        directory and --small-files in another, remounts cleanly and reports: lookup+stat time \
+        in the large directory against the small one, the DRAM the mounted file system holds \
+        (anonymous memory and page tables of this process), the clean mount time, and the time \
+        of the first lookup in the large directory (which builds its DRAM index).",
+    after_help = "Examples:\n  nvmfs bench scale\n  nvmfs bench scale --image-size 1G --files 100000"
+)]
+pub struct ScaleArgs {
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help = with_default(
+        "Size of the nvmfs image",
+        format_size(ScaleConfig::default().image_size_bytes),
+    ))]
+    image_size: Option<u64>,
+    #[arg(long, value_name = "N", help = with_default(
+        "Files in the large directory",
+        ScaleConfig::default().files.to_string(),
+    ))]
+    files: Option<u64>,
+    #[arg(long, value_name = "N", help = with_default(
+        "Files in the small directory",
+        ScaleConfig::default().small_files.to_string(),
+    ))]
+    small_files: Option<u64>,
+    #[arg(long, value_name = "DIR", help = with_default(
+        "Directory (a tmpfs) for the image",
+        ScaleConfig::default().shm_dir.display().to_string(),
+    ))]
+    shm_dir: Option<PathBuf>,
+    /// Also write the report to FILE as a JSON object
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -96,6 +134,69 @@ fn with_default(text: &str, default: String) -> String {
 pub fn run(args: &Args) -> u8 {
     match &args.command {
         BenchCommand::Micro(m) => run_micro(m),
+        BenchCommand::Scale(s) => run_scale(s),
+    }
+}
+
+fn run_scale(args: &ScaleArgs) -> u8 {
+    let d = ScaleConfig::default();
+    let cfg = ScaleConfig {
+        image_size_bytes: args.image_size.unwrap_or(d.image_size_bytes),
+        files: args.files.unwrap_or(d.files),
+        small_files: args.small_files.unwrap_or(d.small_files),
+        lookups: d.lookups,
+        shm_dir: args.shm_dir.clone().unwrap_or(d.shm_dir),
+    };
+    if let Some(path) = &args.json {
+        if let Err(e) = check_writable(path) {
+            eprintln!("nvmfs bench: --json {}: {e}", path.display());
+            return 1;
+        }
+    }
+    let report = match guarded(|progress| scale::run(&cfg, progress)) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    if !output::print("bench", &format!("{}\n", scale::format_report(&report))) {
+        return 1;
+    }
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(&report).expect("serialisable");
+        if let Err(e) = std::fs::write(path, json + "\n") {
+            eprintln!("nvmfs bench: cannot write {}: {e}", path.display());
+            return 1;
+        }
+    }
+    0
+}
+
+/// Runs a benchmark with the interrupt handler installed and progress on stderr; an error or
+/// interrupt becomes the exit status.
+fn guarded<T>(f: impl FnOnce(&mut dyn FnMut(&str)) -> std::io::Result<T>) -> Result<T, u8> {
+    install_interrupt_handler();
+    let mut progress = |msg: &str| {
+        if interrupted().is_some() && !std::thread::panicking() {
+            // Unwinds out of the benchmark; its guards unmount and delete the scratch
+            // images and directories on the way (see `Interrupted`).
+            panic::resume_unwind(Box::new(Interrupted));
+        }
+        eprintln!("{msg}");
+    };
+    match panic::catch_unwind(AssertUnwindSafe(|| f(&mut progress))) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            if let Some(code) = interrupted() {
+                eprintln!("nvmfs bench: interrupted");
+                return Err(code);
+            }
+            eprintln!("nvmfs bench: {e}");
+            Err(1)
+        }
+        Err(payload) if payload.is::<Interrupted>() => {
+            eprintln!("nvmfs bench: interrupted; scratch files removed");
+            Err(interrupted().unwrap_or(130))
+        }
+        Err(payload) => panic::resume_unwind(payload),
     }
 }
 
@@ -121,31 +222,9 @@ fn run_micro(args: &MicroArgs) -> u8 {
             return 1;
         }
     }
-    install_interrupt_handler();
-    let mut progress = |msg: &str| {
-        if interrupted().is_some() && !std::thread::panicking() {
-            // Unwinds out of the benchmark; its guards unmount and delete the scratch
-            // images and directories on the way (see `Interrupted`).
-            panic::resume_unwind(Box::new(Interrupted));
-        }
-        eprintln!("{msg}");
-    };
-    let result = panic::catch_unwind(AssertUnwindSafe(|| micro::run(&cfg, &mut progress)));
-    let records = match result {
-        Ok(Ok(records)) => records,
-        Ok(Err(e)) => {
-            if let Some(code) = interrupted() {
-                eprintln!("nvmfs bench: interrupted");
-                return code;
-            }
-            eprintln!("nvmfs bench: {e}");
-            return 1;
-        }
-        Err(payload) if payload.is::<Interrupted>() => {
-            eprintln!("nvmfs bench: interrupted; scratch files removed");
-            return interrupted().unwrap_or(130);
-        }
-        Err(payload) => panic::resume_unwind(payload),
+    let records = match guarded(|progress| micro::run(&cfg, progress)) {
+        Ok(r) => r,
+        Err(code) => return code,
     };
     if !output::print("bench", &micro::format_table(&records)) {
         return 1;
