@@ -45,10 +45,17 @@ impl Stripes {
     }
 }
 
-/// How many handles hold each inode open. An unlinked inode is freed when its count drops to
-/// zero; open handles keep its data readable meanwhile (POSIX unlink-while-open).
+/// How many handles hold each inode open, and whether it lost its last link meanwhile. An
+/// unlinked inode is freed when its count drops to zero; open handles keep its data readable
+/// meanwhile (POSIX unlink-while-open).
 pub struct OpenTable {
-    shards: Vec<Mutex<hashbrown::HashMap<u32, u32>>>,
+    shards: Vec<Mutex<hashbrown::HashMap<u32, OpenEntry>>>,
+}
+
+#[derive(Default)]
+struct OpenEntry {
+    count: u32,
+    unlinked: bool,
 }
 
 impl Default for OpenTable {
@@ -62,33 +69,38 @@ impl Default for OpenTable {
 }
 
 impl OpenTable {
-    pub fn acquire(&self, ino: u32) {
-        *self.shards[ino as usize % OPEN_SHARDS]
-            .lock()
-            .entry(ino)
-            .or_insert(0) += 1;
+    fn shard(&self, ino: u32) -> parking_lot::MutexGuard<'_, hashbrown::HashMap<u32, OpenEntry>> {
+        self.shards[ino as usize % OPEN_SHARDS].lock()
     }
 
-    /// Drops one reference; true when it was the last.
+    pub fn acquire(&self, ino: u32) {
+        self.shard(ino).entry(ino).or_default().count += 1;
+    }
+
+    /// Drops one reference; true when it was the last one of an inode that lost its last
+    /// link while open (the caller frees it).
     pub fn release(&self, ino: u32) -> bool {
-        let mut shard = self.shards[ino as usize % OPEN_SHARDS].lock();
-        match shard.get_mut(&ino) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            Some(_) => {
-                shard.remove(&ino);
+        let mut shard = self.shard(ino);
+        let Some(e) = shard.get_mut(&ino) else {
+            return false;
+        };
+        e.count -= 1;
+        if e.count > 0 {
+            return false;
+        }
+        shard.remove(&ino).is_some_and(|e| e.unlinked)
+    }
+
+    /// Called when `ino` lost its last link: true if it is open (and is now marked to be
+    /// freed at its last release), false if the caller must free it now.
+    pub fn mark_unlinked(&self, ino: u32) -> bool {
+        match self.shard(ino).get_mut(&ino) {
+            Some(e) => {
+                e.unlinked = true;
                 true
             }
-            None => true,
+            None => false,
         }
-    }
-
-    pub fn is_open(&self, ino: u32) -> bool {
-        self.shards[ino as usize % OPEN_SHARDS]
-            .lock()
-            .contains_key(&ino)
     }
 
     pub fn open_count(&self) -> usize {

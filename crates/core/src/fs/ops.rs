@@ -169,12 +169,15 @@ impl Inner {
         Ok(())
     }
 
+    /// Creates `name` in `parent`. With `open`, the new inode also gets an open reference
+    /// before the directory is unlocked, so no unlink can free it before the caller uses it.
     fn create_node(
         &self,
         parent: u32,
         name: &[u8],
         mut new: Inode,
         target: Option<&[u8]>,
+        open: bool,
     ) -> io::Result<(u32, Inode)> {
         self.check_writable()?;
         Self::check_name(name)?;
@@ -264,6 +267,9 @@ impl Inner {
         st.write(self, &mut tx);
         tx.commit();
         idx.apply_insert(&ins.plan, h, ins.claim.map(|c| c.pblk));
+        if open {
+            self.open.acquire(ino);
+        }
         Ok((ino, new))
     }
 
@@ -316,7 +322,7 @@ impl Inner {
         if dir {
             self.dirs.remove(child);
         }
-        if last && !self.open.is_open(child) {
+        if last && !self.open.mark_unlinked(child) {
             self.free_inode(child)?;
         }
         Ok(())
@@ -422,8 +428,27 @@ impl Fs {
         if matches!(ft, FileType::CharDevice | FileType::BlockDevice) {
             i.inline[..8].copy_from_slice(&rdev.to_le_bytes());
         }
-        let (ino, i) = self.inner.create_node(to_ino(parent)?, name, i, None)?;
+        let (ino, i) = self
+            .inner
+            .create_node(to_ino(parent)?, name, i, None, false)?;
         Ok(Metadata::from_inode(ino, &i))
+    }
+
+    /// Creates a regular file and takes an open reference on it (the path API's open with
+    /// O_CREAT); release it with `release_ino`.
+    pub(crate) fn create_opened(
+        &self,
+        parent: u64,
+        name: &[u8],
+        perm: u32,
+        uid: u32,
+        gid: u32,
+    ) -> io::Result<u64> {
+        let i = new_inode(libc::S_IFREG | (perm & 0o7777), uid, gid, 1);
+        let (ino, _) = self
+            .inner
+            .create_node(to_ino(parent)?, name, i, None, true)?;
+        Ok(ino as u64)
     }
 
     /// Creates a regular file.
@@ -449,7 +474,7 @@ impl Fs {
         let parent = to_ino(parent)?;
         let mut i = new_inode(libc::S_IFDIR | (perm & 0o7777), uid, gid, 2);
         i.parent = parent;
-        let (ino, i) = self.inner.create_node(parent, name, i, None)?;
+        let (ino, i) = self.inner.create_node(parent, name, i, None, false)?;
         Ok(Metadata::from_inode(ino, &i))
     }
 
@@ -475,7 +500,7 @@ impl Fs {
         i.size = target.len() as u64;
         let (ino, i) = self
             .inner
-            .create_node(to_ino(parent)?, name, i, Some(target))?;
+            .create_node(to_ino(parent)?, name, i, Some(target), false)?;
         Ok(Metadata::from_inode(ino, &i))
     }
 
@@ -710,10 +735,7 @@ impl Fs {
             return Ok(());
         }
         let _g = inner.stripes.write(ino);
-        match inner.inode(ino) {
-            Ok(i) if i.nlink == 0 && !inner.open.is_open(ino) => inner.free_inode(ino),
-            _ => Ok(()),
-        }
+        inner.free_inode(ino)
     }
 }
 

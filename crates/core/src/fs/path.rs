@@ -322,15 +322,19 @@ impl Fs {
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) && (o.create || o.create_new) => {
                     let (uid, gid) = ids();
-                    match self.create(parent, name, o.mode, uid, gid) {
+                    match self.create_opened(parent, name, o.mode, uid, gid) {
                         // Lost a race with another creator: open theirs (unless create_new).
                         Err(e) if e.raw_os_error() == Some(libc::EEXIST) && !o.create_new => {
                             continue
                         }
                         Err(e) => return Err(e),
-                        Ok(_) => {
-                            let (ino, ft) = self.lookup_and_open(parent, name)?;
-                            return self.open_resolved(ino, ft, o);
+                        Ok(ino) => {
+                            // A new file is empty: truncate has nothing to do.
+                            let o = OpenOptions {
+                                truncate: false,
+                                ..o.clone()
+                            };
+                            return self.open_resolved(ino, FileType::File, &o);
                         }
                     }
                 }

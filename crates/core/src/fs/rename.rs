@@ -280,7 +280,7 @@ impl Rename<'_> {
             if v.ftype == FileType::Dir {
                 inner.dirs.remove(v.ino);
             }
-            if !inner.open.is_open(v.ino) {
+            if !inner.open.mark_unlinked(v.ino) {
                 inner.free_inode(v.ino)?;
             }
         }
