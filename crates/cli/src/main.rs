@@ -1,24 +1,26 @@
 //! `nvmfs`: create, check, inspect and benchmark nvmfs images.
 
 mod bench;
+mod crashtest;
 mod fsck;
 mod info;
 mod mkfs;
+mod mount;
 mod output;
 mod size;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "nvmfs",
     version,
-    about = "Create, check, inspect and benchmark nvmfs images",
-    long_about = "Create, check, inspect and benchmark nvmfs images.\n\n\
+    about = "Create, check, inspect, mount and benchmark nvmfs images",
+    long_about = "Create, check, inspect, mount and benchmark nvmfs images.\n\n\
         nvmfs is a crash-consistent file system for byte-addressable persistent memory that runs \
         in user space on a memory-mapped image file (on /dev/shm, a DAX file system, or any \
-        file). These commands work on the image file; none of them mounts it.",
+        file). These commands work on the image file; `nvmfs mount` serves it through FUSE.",
     after_help = "Sizes accept plain bytes or binary units: 4096, 64K, 512M, 8G, 1T (also KiB, MiB, GiB, TiB).\n\
         Run `nvmfs help <COMMAND>` or `nvmfs <COMMAND> --help` for details.",
     arg_required_else_help = true
@@ -33,12 +35,19 @@ enum Command {
     Mkfs(mkfs::Args),
     Fsck(fsck::Args),
     Info(info::Args),
+    Mount(mount::Args),
     Bench(bench::Args),
+    Crashtest(crashtest::Args),
 }
 
 fn main() -> ExitCode {
     output::restore_sigpipe();
-    let cli = match Cli::try_parse() {
+    let names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).chain(["help"]).collect();
+    let cli = match Cli::try_parse_from(mount::helper_form(std::env::args_os().collect(), &names)) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -55,7 +64,9 @@ fn main() -> ExitCode {
         Command::Mkfs(args) => mkfs::run(&args),
         Command::Fsck(args) => fsck::run(&args),
         Command::Info(args) => info::run(&args),
+        Command::Mount(args) => mount::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Crashtest(args) => crashtest::run_cmd(&args),
     };
     ExitCode::from(code)
 }

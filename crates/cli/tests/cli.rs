@@ -129,12 +129,28 @@ fn fsck_operational_errors_exit_8() {
     let out = nvmfs(&["fsck", dir.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(8));
 
-    // Repair is not implemented yet.
+    // Repair of a missing image, and of a mounted one (refused: the lock is held).
+    let out = nvmfs(&["fsck", "-y", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(8));
     let image = dir.path().join("ok.img");
     mkfs_16m(&image);
+    let fs = nvmfs::Fs::mount(&image, &nvmfs::MountOptions::default()).unwrap();
     let out = nvmfs(&["fsck", "-y", image.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(8));
-    assert!(text(&out.stderr).contains("not implemented"));
+    assert_eq!(out.status.code(), Some(8), "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("nvmfs fsck: ") && stderr.contains("in use"),
+        "{stderr}"
+    );
+    fs.unmount().unwrap();
+    // A clean image: nothing to do.
+    let out = nvmfs(&["fsck", "-p", image.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains(": clean, 1 inodes"));
+
+    // -n and -y together is a usage error.
+    let out = nvmfs(&["fsck", "-n", "-y", image.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(16));
 
     // Usage errors get e2fsck's 16.
     let out = nvmfs(&["fsck"]);
@@ -258,4 +274,78 @@ fn help_describes_commands() {
     let out = nvmfs(&[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("Usage: nvmfs"));
+}
+
+#[test]
+fn fsck_repairs_the_damaged_image_corpus() {
+    use nvmfs::testing::corrupt::corpus;
+    use nvmfs::testing::known_image;
+    let dir = tempfile::tempdir().unwrap();
+    let known = known_image();
+    for case in corpus() {
+        let image = dir.path().join(format!("{}.img", case.name));
+        let img_path = image.to_str().unwrap();
+        let mut img = known.image.clone();
+        (case.damage)(&known, &mut img);
+        std::fs::write(&image, &img).unwrap();
+        let out = nvmfs(&["fsck", "-n", img_path]);
+        assert_eq!(
+            out.status.code(),
+            Some(case.check),
+            "{}: fsck -n: {}{}",
+            case.name,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let out = nvmfs(&["fsck", "-y", img_path]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(case.repair),
+            "{}: fsck -y: {stdout}{stderr}",
+            case.name
+        );
+        if case.repair == 1 {
+            assert!(stdout.contains("repaired 0x"), "{}: {stdout}", case.name);
+            assert!(stdout.contains("change(s) made; now clean"), "{stdout}");
+            for flag in ["-n", "-p"] {
+                let out = nvmfs(&["fsck", flag, img_path]);
+                assert_eq!(
+                    out.status.code(),
+                    Some(0),
+                    "{}: fsck {flag} after repair: {}",
+                    case.name,
+                    text(&out.stdout)
+                );
+            }
+        } else {
+            assert!(stderr.contains("cannot repair"), "{}: {stderr}", case.name);
+            assert!(stdout.contains("left uncorrected"), "{stdout}");
+        }
+    }
+}
+
+#[test]
+fn fsck_repair_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("replica.img");
+    let img = image.to_str().unwrap();
+    mkfs_16m(&image);
+    let mut bytes = std::fs::read(&image).unwrap();
+    bytes[4096 + 40] ^= 1; // the replica superblock
+    std::fs::write(&image, &bytes).unwrap();
+    let out = nvmfs(&["fsck", "-y", "--json", img]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["clean"], true);
+    assert_eq!(v["modified"], true);
+    assert_eq!(v["problems"][0]["offset"], 4096);
+    assert_eq!(v["repairs"][0]["offset"], 4096);
+    assert_eq!(v["remaining"].as_array().unwrap().len(), 0);
+    assert!(v["unrepairable"].is_null());
+    let out = nvmfs(&["fsck", "-y", "--json", img]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["modified"], false);
+    assert_eq!(v["problems"].as_array().unwrap().len(), 0);
 }

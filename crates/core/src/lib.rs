@@ -23,6 +23,7 @@ pub mod journal;
 pub mod layout;
 pub mod mapping;
 pub mod media;
+pub mod testing;
 
 pub use fs::{
     DirEntry, File, FormatOptions, Fs, Metadata, MountOptions, OpenOptions, RecoveryReport,

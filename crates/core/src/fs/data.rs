@@ -15,6 +15,8 @@ use crate::layout::BLOCK_SIZE;
 use crate::mapping::Claim;
 
 const CACHE_ENTRIES: usize = 8;
+/// Hole fills inside EOF that one fallocate transaction publishes (fits a journal lane).
+const HOLE_FILLS_PER_TX: usize = 200;
 /// Longest run whose lines are all prefetched before the copy.
 const PREFETCH_RUN_MAX: usize = 16 * 1024;
 
@@ -211,22 +213,35 @@ impl Inner {
         }
     }
 
-    /// Publishes new blocks and records size, block count and times. Overwrites in place need
-    /// one fence (data and times together); a write that maps blocks or grows the file fences
-    /// the data and mappings first, then the size that exposes them.
+    /// Publishes new blocks and records size, block count and times. An overwrite in place
+    /// needs one fence (data and times together). A write that maps blocks past EOF or grows
+    /// the file fences the data and mappings first, then stores the size that exposes them
+    /// (recovery frees mapped blocks past EOF). A write that fills holes inside EOF commits
+    /// those mappings with the inode in a journal transaction (see `commit_hole_fills`).
     fn publish_and_stamp(&self, ino: u32, i: &Inode, claims: &[(Claim, u32)], new_size: u64) {
         let base = self.geo.inode_off(ino as u64);
-        let now = now_ns() as u64;
+        let now = now_ns();
         if claims.is_empty() && new_size == i.size {
-            self.pm.store_u64(base + inode::O_MTIME as u64, now);
-            self.pm.store_u64(base + inode::O_CTIME as u64, now);
+            self.pm.store_u64(base + inode::O_MTIME as u64, now as u64);
+            self.pm.store_u64(base + inode::O_CTIME as u64, now as u64);
             self.pm.persist(base, 64);
             self.pm.fence();
             return;
         }
-        self.fence_if_hole_fill(i, claims);
-        for &(c, lblk) in claims {
+        let (inside, outside) = split_hole_fills(i, claims);
+        for &(c, lblk) in &outside {
             self.map.publish(&self.pm, c, ino, lblk);
+        }
+        if !inside.is_empty() {
+            let mut i = i.clone();
+            let added = outside.len() as u64;
+            self.commit_hole_fills(ino, &mut i, &inside, |i| {
+                i.blocks += added;
+                i.size = new_size;
+                i.mtime_ns = now;
+                i.ctime_ns = now;
+            });
+            return;
         }
         self.pm.fence();
         // Size before block count and times (one line: they persist in this order); recovery
@@ -236,20 +251,44 @@ impl Inner {
             base + inode::O_BLOCKS as u64,
             i.blocks + claims.len() as u64,
         );
-        self.pm.store_u64(base + inode::O_MTIME as u64, now);
-        self.pm.store_u64(base + inode::O_CTIME as u64, now);
+        self.pm.store_u64(base + inode::O_MTIME as u64, now as u64);
+        self.pm.store_u64(base + inode::O_CTIME as u64, now as u64);
         self.pm.persist(base, 64);
         self.pm.fence();
     }
 
-    /// New blocks inside EOF (filling a hole) must hold their data before the mapping that
-    /// exposes them is durable, so they get a fence of their own. Blocks past EOF need none:
-    /// the size that exposes them is stored after the next fence, and recovery frees them
-    /// if it never is.
-    fn fence_if_hole_fill(&self, i: &Inode, claims: &[(Claim, u32)]) {
-        let eof_blocks = i.size.div_ceil(BLOCK_SIZE);
-        if claims.iter().any(|&(_, lblk)| (lblk as u64) < eof_blocks) {
-            self.pm.fence();
+    /// Maps blocks filling holes inside EOF, which are visible the moment they are mapped, in
+    /// journal transactions (a roll-back leaves tombstones) together with the inode: at most
+    /// HOLE_FILLS_PER_TX per transaction, so an operation filling more holes than that is
+    /// atomic per chunk. `last` updates the inode in the final transaction. Each arming fence
+    /// also makes the blocks' data (and earlier direct publishes) durable first.
+    fn commit_hole_fills(
+        &self,
+        ino: u32,
+        i: &mut Inode,
+        inside: &[(Claim, u32)],
+        last: impl FnOnce(&mut Inode),
+    ) {
+        let mut chunks: Vec<&[(Claim, u32)]> = inside.chunks(HOLE_FILLS_PER_TX).collect();
+        if chunks.is_empty() {
+            chunks.push(&[]);
+        }
+        let n = chunks.len();
+        let mut last = Some(last);
+        for (k, chunk) in chunks.into_iter().enumerate() {
+            let mut tx = self.tx();
+            for &(c, lblk) in chunk {
+                let (off, v) = self.map.publish_entry(c, ino, lblk);
+                tx.write_with_old(off, &c.undo_value().to_le_bytes(), &v.to_le_bytes());
+            }
+            i.blocks += chunk.len() as u64;
+            if k + 1 == n {
+                if let Some(f) = last.take() {
+                    f(i);
+                }
+            }
+            self.write_inode(&mut tx, ino, i);
+            tx.commit();
         }
     }
 
@@ -299,8 +338,10 @@ impl Inner {
             tx.commit();
             // The new size is durable; blocks past it are now strays that recovery would free
             // too, so freeing them needs no transaction.
+            // No fence between the unmapping and the block count: recovery frees strays and
+            // recomputes counts, so either order survives a crash (the final fence makes both
+            // durable before returning).
             let freed = self.unmap_from(ino, size.div_ceil(BLOCK_SIZE), old_end);
-            self.pm.fence();
             if freed > 0 {
                 i.blocks = i.blocks.saturating_sub(freed);
                 let base = self.geo.inode_off(ino as u64);
@@ -367,24 +408,25 @@ impl Inner {
         if !keep && end > i.size {
             self.zero_range(ino, &i, i.size, end, &mut cache);
         }
-        self.fence_if_hole_fill(&i, &claims);
-        for &(c, lblk) in &claims {
+        // Blocks past EOF are exposed only by the size or falloc_end the last transaction
+        // commits, so they are published directly (recovery frees them if it never commits).
+        let (inside, outside) = split_hole_fills(&i, &claims);
+        for &(c, lblk) in &outside {
             self.map.publish(&self.pm, c, ino, lblk);
         }
-        self.pm.fence();
         let now = now_ns();
-        if !keep && end > i.size {
-            i.size = end;
-            i.mtime_ns = now;
-        }
-        if keep && last > i.map_end() {
-            i.falloc_end = last;
-        }
-        i.blocks += claims.len() as u64;
-        i.ctime_ns = now;
-        let mut tx = self.tx();
-        self.write_inode(&mut tx, ino, &i);
-        tx.commit();
+        let added = outside.len() as u64;
+        self.commit_hole_fills(ino, &mut i, &inside, |i| {
+            i.blocks += added;
+            if !keep && end > i.size {
+                i.size = end;
+                i.mtime_ns = now;
+            }
+            if keep && last > i.map_end() {
+                i.falloc_end = last;
+            }
+            i.ctime_ns = now;
+        });
         Ok(())
     }
 
@@ -417,6 +459,15 @@ impl Inner {
         self.map.freed(freed);
         Ok(())
     }
+}
+
+/// A claimed data block and the logical block it will map.
+type NewBlock = (Claim, u32);
+
+/// Splits new blocks into those filling holes inside EOF and those past it.
+fn split_hole_fills(i: &Inode, claims: &[NewBlock]) -> (Vec<NewBlock>, Vec<NewBlock>) {
+    let eof_blocks = i.size.div_ceil(BLOCK_SIZE);
+    claims.iter().partition(|&&(_, l)| (l as u64) < eof_blocks)
 }
 
 fn check_regular(i: &Inode) -> io::Result<()> {
@@ -456,5 +507,12 @@ impl Fs {
     pub fn fallocate(&self, ino: u64, mode: i32, off: u64, len: u64) -> io::Result<()> {
         self.inner
             .fallocate(super::ops::to_ino(ino)?, mode, off, len)
+    }
+
+    /// fsync/syncfs (inode-level API). Every operation is already durable when it returns;
+    /// this only matters for an image on an ordinary (non-DAX, non-tmpfs) file, where it asks
+    /// the OS to write the mapping back (msync), as `File::sync_all` does.
+    pub fn sync_all(&self) -> io::Result<()> {
+        self.inner.pm.sync_backing()
     }
 }

@@ -106,7 +106,7 @@ fn write_fresh(pm: &Pm, geo: &Geometry) {
     pm.fence();
 }
 
-fn open_image(path: &Path, writable: bool) -> io::Result<std::fs::File> {
+pub(crate) fn open_image(path: &Path, writable: bool) -> io::Result<std::fs::File> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(writable)
@@ -340,7 +340,7 @@ fn preallocate(f: &std::fs::File, len: u64) -> io::Result<()> {
     }
 }
 
-fn lock_image(f: &std::fs::File, path: &Path, exclusive: bool) -> io::Result<()> {
+pub(crate) fn lock_image(f: &std::fs::File, path: &Path, exclusive: bool) -> io::Result<()> {
     let op = if exclusive {
         libc::LOCK_EX
     } else {

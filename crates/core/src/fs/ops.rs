@@ -334,8 +334,10 @@ impl Inner {
     pub(crate) fn free_inode(&self, ino: u32) -> io::Result<()> {
         let off = self.geo.inode_off(ino as u64);
         let i = Inode::decode_raw(self.pm.bytes(off, 128));
+        // No fence between unmapping and freeing the record: after a crash, blocks of a free
+        // inode are strays and recovery frees them, so either order is safe; the fence below
+        // makes both durable before the number can be reused.
         let freed = self.unmap_from(ino, 0, super::mount::allowed_blocks(&i));
-        self.pm.fence();
         // Mode and link count share the first word: one atomic store frees the record.
         self.pm.store_u64(off, 0);
         self.pm.persist(off, 8);

@@ -6,6 +6,7 @@
 //! after the next fence without a flush; aligned 8-byte stores are atomic.
 
 mod flush;
+pub mod mutation;
 mod region;
 pub mod trace;
 
@@ -240,8 +241,9 @@ impl Pm {
 
     /// Writes back every cache line overlapping `[off, off+len)` (durable after `fence`).
     #[inline]
+    #[track_caller]
     pub fn persist(&self, off: u64, len: usize) {
-        if len == 0 {
+        if len == 0 || mutation::skipped("persist", std::panic::Location::caller()) {
             return;
         }
         self.check(off, len);
@@ -259,7 +261,11 @@ impl Pm {
 
     /// Store fence: everything persisted or written non-temporally before it is durable.
     #[inline]
+    #[track_caller]
     pub fn fence(&self) {
+        if mutation::skipped("fence", std::panic::Location::caller()) {
+            return;
+        }
         flush::store_fence();
         if let Some(t) = &self.trace {
             t.fence();

@@ -1,21 +1,11 @@
-//! `nvmfs fsck`: checks every invariant of docs/FORMAT.md. It works on a private
-//! copy-on-write view of the image, first doing what a mount would do after a crash (journal
-//! roll-back, stray and reserved slots, orphans, block counts) and reporting that as
-//! recovery, then checking the result strictly:
-//! - superblock and replica agree; geometry fits the image;
-//! - every in-use inode is valid;
-//! - every mapped block belongs to an in-use inode, inside what it may map, once, and can be
-//!   found from its hash home (no free slot inside its probe chain);
-//! - block counts match the mappings;
-//! - directory blocks are mapped, entries are valid, names unique, targets in use with the
-//!   right type; entry counts, `..` parents and link counts agree;
-//! - every inode is reachable from the root (no cycles, no detached trees).
+//! The check: every invariant of docs/FORMAT.md §10, on a view of the image that may be
+//! written (recovery runs on it). See the module comment of `fsck`.
 
 use std::collections::HashSet;
-use std::io;
-use std::path::Path;
 
-use crate::fs::mount::{allowed_blocks, read_superblock, replay_journal, RecoveryReport};
+use super::FsckReport;
+use crate::fs::mount::{allowed_blocks, read_superblock, RecoveryReport};
+use crate::journal::{self, LaneState};
 use crate::layout::dentry::{self, Header, UNITS_PER_BLOCK, UNIT_SIZE};
 use crate::layout::inode::{FileType, Inode, INODE_SIZE};
 use crate::layout::state::{MountState, STATE_CLEAN, STATE_LEN};
@@ -25,67 +15,24 @@ use crate::mapping::hashfs::{self, HashFs, RESERVED};
 use crate::mapping::FileMap;
 use crate::media::Pm;
 
-/// e2fsck-compatible exit codes.
-pub const EXIT_CLEAN: i32 = 0;
-pub const EXIT_CORRECTED: i32 = 1;
-pub const EXIT_UNCORRECTED: i32 = 4;
-pub const EXIT_OPERATIONAL: i32 = 8;
-
-/// One inconsistency: which structure, what is wrong, where.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    pub what: String,
-    pub offset: u64,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct FsckReport {
-    pub problems: Vec<Problem>,
-    /// What a mount would repair after an unclean shutdown (not errors).
-    pub recovery: Vec<String>,
-    pub inodes_in_use: u64,
-    pub blocks_in_use: u64,
-    pub directories: u64,
-}
-
-impl FsckReport {
-    pub fn is_clean(&self) -> bool {
-        self.problems.is_empty()
-    }
-
-    fn problem(&mut self, what: impl Into<String>, offset: u64) {
-        self.problems.push(Problem {
-            what: what.into(),
-            offset,
-        });
-    }
-}
-
-/// Checks the image at `path`. Err only for operational failures (cannot open or map).
-pub fn check_image(path: &Path) -> io::Result<FsckReport> {
-    let f = std::fs::File::open(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-    let len = f.metadata()?.len();
-    if len < 3 * BLOCK_SIZE {
-        let mut r = FsckReport::default();
-        r.problem(
-            format!("image too small to hold a superblock ({len} bytes)"),
-            0,
-        );
-        return Ok(r);
-    }
-    let pm = Pm::map_private(&f, len)?;
-    Ok(check_pm(&pm))
-}
-
 /// Checks the image in `pm`, which it may write (recovery runs on it).
 pub fn check_pm(pm: &Pm) -> FsckReport {
     let mut r = FsckReport::default();
+    if pm.len() < 3 * BLOCK_SIZE {
+        return super::too_small(pm.len());
+    }
     let Some(geo) = check_superblocks(pm, &mut r) else {
         return r;
     };
     let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
     let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
+    if state.is_none() {
+        r.recovery.push(
+            "mount-state block damaged or torn (bad checksum or state): treating the image as \
+             not unmounted cleanly; a read-write mount or a repair rewrites it"
+                .into(),
+        );
+    }
     if unclean {
         r.recovery.push(
             "image was not unmounted cleanly: checking it as a mount would recover it".into(),
@@ -93,10 +40,7 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
     }
     // Mount rolls back armed records on every read-write mount, so fsck does too; on a clean
     // image there should be none.
-    let mut rep = RecoveryReport::default();
-    if let Err(c) = replay_journal(pm, &geo, &mut rep) {
-        r.problem(c.what, c.offset);
-    }
+    let rep = check_journal(pm, &geo, &mut r);
     let in_flight = rep.lanes_rolled_back + rep.torn_lanes_cleared;
     if in_flight > 0 && !unclean {
         r.problem(
@@ -114,6 +58,31 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
     check_block_counts(&geo, &inodes, &counts, unclean, &mut r);
     check_tree(pm, &geo, &inodes, unclean, &mut r);
     r
+}
+
+/// Rolls back armed records and clears torn ones, lane by lane, as a mount would. A record
+/// with an undo entry outside `[itable_start, total_blocks)` blocks or past its payload is
+/// reported and cleared, not applied; the other lanes are still examined.
+fn check_journal(pm: &Pm, geo: &Geometry, r: &mut FsckReport) -> RecoveryReport {
+    let mut rep = RecoveryReport::default();
+    for lane in 0..geo.journal_lanes {
+        match journal::read_lane(pm, geo, lane, geo.total_blocks * BLOCK_SIZE) {
+            Ok((LaneState::Idle, _)) => {}
+            Ok((LaneState::Armed { .. }, entries)) => {
+                journal::roll_back(pm, geo, lane, &entries);
+                rep.lanes_rolled_back += 1;
+            }
+            Ok((LaneState::Torn, _)) => {
+                journal::clear_lane(pm, geo, lane);
+                rep.torn_lanes_cleared += 1;
+            }
+            Err(c) => {
+                r.problem(c.what, c.offset);
+                journal::clear_lane(pm, geo, lane);
+            }
+        }
+    }
+    rep
 }
 
 fn check_superblocks(pm: &Pm, r: &mut FsckReport) -> Option<Geometry> {
@@ -314,6 +283,12 @@ fn check_tree(
     let mut children: Vec<Vec<u32>> = vec![Vec::new(); inodes.len()];
     for (ino, i) in inodes.iter().enumerate() {
         let Some(i) = i else { continue };
+        // An orphan (no links) may be half freed by a crash inside free_inode: its blocks can
+        // be gone already. Mount finishes freeing it; its contents are not checked. (The root
+        // is never an orphan: a root link count of 0 is damage, reported below.)
+        if i.nlink == 0 && ino as u64 != ROOT_INO {
+            continue;
+        }
         if i.file_type() == Some(FileType::Symlink)
             && allowed_blocks(i) == 1
             && table.lookup(pm, ino as u32, 0).is_none()
@@ -328,25 +303,12 @@ fn check_tree(
         }
         r.directories += 1;
         let kids = check_dir(pm, geo, &table, ino as u32, i, inodes, r);
-        let subdirs = kids
-            .iter()
-            .filter(|&&c| inodes[c as usize].as_ref().is_some_and(|c| c.is_dir()))
-            .count() as u32;
-        if i.nlink != 2 + subdirs && i.nlink != 0 {
-            r.problem(
-                format!(
-                    "directory {ino}: link count {} but {} subdirectories",
-                    i.nlink, subdirs
-                ),
-                geo.inode_off(ino as u64),
-            );
-        }
         for &c in &kids {
             refs[c as usize] += 1;
         }
         children[ino] = kids;
     }
-    check_links(geo, inodes, &refs, unclean, r);
+    check_links(geo, inodes, &refs, &children, unclean, r);
     check_reachable(geo, inodes, &children, r);
 }
 
@@ -364,11 +326,16 @@ fn check_dir(
     let mut name = Vec::new();
     for lblk in 0..i.dir_units.div_ceil(UNITS_PER_BLOCK) {
         let Some(pblk) = table.lookup(pm, ino, lblk) else {
+            // A mount cannot load the directory past this point (and a damaged high-water
+            // mark can claim billions of blocks): one report, then stop.
             r.problem(
-                format!("directory {ino}: block {lblk} not mapped"),
+                format!(
+                    "directory {ino}: block {lblk} not mapped (high-water mark {} units)",
+                    i.dir_units
+                ),
                 geo.inode_off(ino as u64),
             );
-            continue;
+            break;
         };
         let base = geo.data_off(pblk);
         let limit = (i.dir_units - lblk * UNITS_PER_BLOCK).min(UNITS_PER_BLOCK);
@@ -400,6 +367,20 @@ fn check_dir(
                 &mut name,
             );
             u += h.units as u32;
+            // Every unit starts with a header or zero: a stray word in a continuation unit
+            // would be read as a header once the entry is removed.
+            for j in 1..h.units as u64 {
+                if pm.load_u64(off + j * UNIT_SIZE) != 0 {
+                    r.problem(
+                        format!(
+                            "directory {ino}: entry {:?}: continuation unit {j} does not start \
+                             with zero",
+                            String::from_utf8_lossy(&name)
+                        ),
+                        off + j * UNIT_SIZE,
+                    );
+                }
+            }
             if dentry::validate_name(&name).is_err() {
                 r.problem(
                     format!(
@@ -469,6 +450,7 @@ fn check_links(
     geo: &Geometry,
     inodes: &[Option<Inode>],
     refs: &[u32],
+    children: &[Vec<u32>],
     unclean: bool,
     r: &mut FsckReport,
 ) {
@@ -476,9 +458,22 @@ fn check_links(
     for (ino, i) in inodes.iter().enumerate() {
         let Some(i) = i else { continue };
         let off = geo.inode_off(ino as u64);
+        let subdirs = children[ino]
+            .iter()
+            .filter(|&&c| inodes[c as usize].as_ref().is_some_and(|c| c.is_dir()))
+            .count() as u32;
         if ino as u64 == ROOT_INO {
             if refs[ino] != 0 {
                 r.problem("root directory is listed in a directory", off);
+            }
+            if i.nlink != 2 + subdirs {
+                r.problem(
+                    format!(
+                        "directory {ino}: link count {} but {subdirs} subdirectories",
+                        i.nlink
+                    ),
+                    off,
+                );
             }
             continue;
         }
@@ -487,6 +482,15 @@ fn check_links(
             continue;
         }
         if i.is_dir() {
+            if i.nlink != 2 + subdirs {
+                r.problem(
+                    format!(
+                        "directory {ino}: link count {} but {subdirs} subdirectories",
+                        i.nlink
+                    ),
+                    off,
+                );
+            }
             if refs[ino] != 1 {
                 r.problem(format!("directory {ino}: listed {} times", refs[ino]), off);
             }

@@ -1,0 +1,139 @@
+//! Crash-consistency checking for nvmfs, the way Chipmunk and Vinter check PM file systems:
+//! record every persistent store, flush and fence of a workload ([`trace`]), build the images
+//! a power loss could leave at every fence, and check each with recovery, fsck and a
+//! comparison against the states before and after the operation in flight ([`oracle`]).
+
+pub mod ace;
+pub mod kill;
+pub mod oracle;
+pub mod trace;
+
+use ace::Op;
+use oracle::Outcome;
+
+/// Which workloads to run.
+#[derive(Clone, Debug)]
+pub enum Suite {
+    Seq1,
+    Seq2,
+    /// `count` random sequences of up to 20 operations, seeds `seed..seed+count`.
+    Random {
+        count: u64,
+        seed: u64,
+    },
+}
+
+/// A workload with the command that reruns it alone.
+pub struct Workload {
+    pub id: String,
+    pub ops: Vec<Op>,
+}
+
+pub fn workloads(suite: &Suite) -> Vec<Workload> {
+    match suite {
+        Suite::Seq1 => ace::seq1()
+            .into_iter()
+            .enumerate()
+            .map(|(i, op)| Workload {
+                id: format!("--ace seq1 --only {i}"),
+                ops: vec![op],
+            })
+            .collect(),
+        Suite::Seq2 => ace::seq2()
+            .into_iter()
+            .enumerate()
+            .map(|(i, ops)| Workload {
+                id: format!("--ace seq2 --only {i}"),
+                ops,
+            })
+            .collect(),
+        Suite::Random { count, seed } => (*seed..seed + count)
+            .map(|s| Workload {
+                id: format!("--random 1 --seed {s}"),
+                ops: ace::random(s, 20),
+            })
+            .collect(),
+    }
+}
+
+/// Totals of a run.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Summary {
+    pub workloads: usize,
+    pub fences: usize,
+    pub images: usize,
+    pub violations: Vec<String>,
+}
+
+/// Checks `list` on `threads` threads, calling `progress` after each workload.
+pub fn run(
+    list: &[Workload],
+    threads: usize,
+    progress: &(dyn Fn(usize, &Outcome) + Sync),
+) -> Summary {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let total = std::sync::Mutex::new(Summary {
+        workloads: list.len(),
+        ..Default::default()
+    });
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(w) = list.get(i) else { break };
+                let o = oracle::check_workload(&w.ops);
+                progress(i, &o);
+                let mut t = total.lock().unwrap();
+                t.fences += o.fences;
+                t.images += o.images;
+                t.violations.extend(
+                    o.violations
+                        .iter()
+                        .map(|v| format!("[nvmfs crashtest {}] {v}", w.id)),
+                );
+            });
+        }
+    });
+    total.into_inner().unwrap()
+}
+
+/// The result of skipping one flush or fence call site.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MutationResult {
+    pub site: String,
+    /// A workload noticed (its first violation).
+    pub caught_by: Option<String>,
+}
+
+/// The mutation check: finds every persist/fence call site the workloads run, then reruns
+/// the workloads with each site skipped in turn and reports which skips were noticed.
+pub fn mutation_check(
+    list: &[Workload],
+    progress: &dyn Fn(&MutationResult),
+) -> Vec<MutationResult> {
+    use nvmfs::media::mutation;
+    mutation::record();
+    for w in list {
+        oracle::check_workload(&w.ops);
+    }
+    let sites = mutation::recorded();
+    mutation::skip(None);
+    let mut out = Vec::new();
+    for site in sites {
+        mutation::skip(Some(site.clone()));
+        let caught_by = list.iter().find_map(|w| {
+            let o = oracle::check_workload(&w.ops);
+            o.violations
+                .first()
+                .map(|v| format!("[nvmfs crashtest {}] {v}", w.id))
+        });
+        mutation::skip(None);
+        let r = MutationResult {
+            site: site.to_string(),
+            caught_by,
+        };
+        progress(&r);
+        out.push(r);
+    }
+    out
+}
