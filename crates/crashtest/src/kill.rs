@@ -58,7 +58,8 @@ fn verify(fs: &Fs, acked: u64) -> Result<(), String> {
     for k in 0..acked {
         match k % 5 {
             0..=2 => {
-                let renamed = k + 4 < acked;
+                // Operation k+4 renames /f{k} when k % 5 == 0.
+                let renamed = k % 5 == 0 && k + 4 < acked;
                 let p = if renamed {
                     format!("/r{k}")
                 } else {

@@ -27,6 +27,7 @@ pub enum Suite {
 pub struct Workload {
     pub id: String,
     pub ops: Vec<Op>,
+    pub depth: oracle::RecoveryDepth,
 }
 
 pub fn workloads(suite: &Suite) -> Vec<Workload> {
@@ -37,6 +38,7 @@ pub fn workloads(suite: &Suite) -> Vec<Workload> {
             .map(|(i, op)| Workload {
                 id: format!("--ace seq1 --only {i}"),
                 ops: vec![op],
+                depth: oracle::RecoveryDepth::Every,
             })
             .collect(),
         Suite::Seq2 => ace::seq2()
@@ -45,12 +47,14 @@ pub fn workloads(suite: &Suite) -> Vec<Workload> {
             .map(|(i, ops)| Workload {
                 id: format!("--ace seq2 --only {i}"),
                 ops,
+                depth: oracle::RecoveryDepth::Every,
             })
             .collect(),
         Suite::Random { count, seed } => (*seed..seed + count)
             .map(|s| Workload {
                 id: format!("--random 1 --seed {s}"),
                 ops: ace::random(s, 20),
+                depth: oracle::RecoveryDepth::FirstPerOperation,
             })
             .collect(),
     }
@@ -81,7 +85,7 @@ pub fn run(
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(w) = list.get(i) else { break };
-                let o = oracle::check_workload(&w.ops);
+                let o = oracle::check_workload_with(&w.ops, w.depth);
                 progress(i, &o);
                 let mut t = total.lock().unwrap();
                 t.fences += o.fences;

@@ -13,19 +13,25 @@
 //!    fixed instead: unknown flags, a directory's size, a special file's size, directory
 //!    fields on a non-directory, an out-of-range preallocation end. The root is always kept
 //!    as a directory.
-//! 5. Hash table: reserved and invalid values, keys of free inodes and keys past what their
-//!    inode may map become tombstones; of a key mapped twice the copy a lookup finds first is
-//!    kept. A directory's high-water mark is first recomputed from its mapped blocks when it
-//!    disagrees with them (missing blocks, entries past it).
-//! 6. Directories: damaged headers, invalid or duplicate names and entries to free inodes are
-//!    removed; an entry's type is set to its inode's.
-//! 7. Tree: the root is unlisted, every other directory keeps one entry (the one its `..`
+//! 5. Hash table: reserved and invalid values and keys of free inodes become tombstones; of a
+//!    key mapped twice the copy a lookup finds first is kept. Symlinks whose target block is
+//!    gone are cleared.
+//! 6. Directories (those with links, and those listed in them): the high-water mark is checked
+//!    against the mapped blocks. When a block below it is missing or an entry lies past it, it
+//!    is set to the end of the last entry, and missing blocks below that get an empty block
+//!    (if they are fewer than the mapped ones; else the directory ends at its first hole).
+//!    Damaged headers, invalid or duplicate names and entries to free inodes are removed; an
+//!    entry's type is set to its inode's; stray words in continuation units are zeroed.
+//! 7. Blocks past what their inode may map (EOF, preallocation, high-water mark) are freed.
+//! 8. Tree: the root is unlisted, every other directory keeps one entry (the one its `..`
 //!    names if possible), orphans (no links, no entries) are freed as a mount frees them, and
 //!    directories not reachable from the root (detached trees, cycles) and files with links but
 //!    no entry are reconnected to `/lost+found` (created if needed) as `#<ino>`.
-//! 8. Counts: entry counts, link counts, `..` parents and block counts are recomputed.
-//! 9. Probe chains: a free slot between a key's home and the key becomes a tombstone, so the
-//!    key can be found again.
+//! 9. Counts: entry counts, link counts, `..` parents and block counts are recomputed.
+//! 10. Probe chains: a free slot between a key's home and the key becomes a tombstone, so the
+//!     key can be found again.
+//!
+//! If the check still finds something, the pass is repeated (at most 3 passes).
 //!
 //! Every change to the inode table, hash table and directory headers is applied through the
 //! undo journal in batches (each batch atomic), new directory blocks are written to free space
@@ -182,8 +188,9 @@ fn fix_journal(pm: &Pm, geo: &Geometry, log: &mut Vec<Problem>) {
                 note(
                     log,
                     format!(
-                        "journal lane {lane}: record with an undo entry outside the image \
-                         (at byte {}) cleared without being applied",
+                        "journal lane {lane}: record with an invalid undo entry (at byte {}: \
+                         outside the inode table..end of image, or past the record) cleared \
+                         without being applied",
                         c.offset
                     ),
                     off,
@@ -383,7 +390,8 @@ impl<'a> Repair<'a> {
         }
     }
 
-    /// Hash table: values, owners, duplicates, directory extents, strays.
+    /// Hash table: invalid and reserved values, keys of free inodes, keys mapped twice; then
+    /// symlinks that lost their target block.
     fn fix_table(&mut self) {
         let (mut reserved, mut orphaned) = (0u64, 0u64);
         for s in 0..self.tab.len() {
