@@ -236,7 +236,7 @@ impl Inner {
             let mut i = i.clone();
             let added = outside.len() as u64;
             self.commit_hole_fills(ino, &mut i, &inside, |i| {
-                i.blocks += added;
+                i.blocks = i.blocks.saturating_add(added);
                 i.size = new_size;
                 i.mtime_ns = now;
                 i.ctime_ns = now;
@@ -249,7 +249,7 @@ impl Inner {
         self.pm.store_u64(base + inode::O_SIZE as u64, new_size);
         self.pm.store_u64(
             base + inode::O_BLOCKS as u64,
-            i.blocks + claims.len() as u64,
+            i.blocks.saturating_add(claims.len() as u64),
         );
         self.pm.store_u64(base + inode::O_MTIME as u64, now as u64);
         self.pm.store_u64(base + inode::O_CTIME as u64, now as u64);
@@ -281,7 +281,7 @@ impl Inner {
                 let (off, v) = self.map.publish_entry(c, ino, lblk);
                 tx.write_with_old(off, &c.undo_value().to_le_bytes(), &v.to_le_bytes());
             }
-            i.blocks += chunk.len() as u64;
+            i.blocks = i.blocks.saturating_add(chunk.len() as u64);
             if k + 1 == n {
                 if let Some(f) = last.take() {
                     f(i);
@@ -417,7 +417,7 @@ impl Inner {
         let now = now_ns();
         let added = outside.len() as u64;
         self.commit_hole_fills(ino, &mut i, &inside, |i| {
-            i.blocks += added;
+            i.blocks = i.blocks.saturating_add(added);
             if !keep && end > i.size {
                 i.size = end;
                 i.mtime_ns = now;

@@ -258,11 +258,11 @@ impl Inner {
         let p = st.get(parent);
         p.mtime_ns = new.ctime_ns;
         p.ctime_ns = new.ctime_ns;
-        p.dir_entries += 1;
+        p.dir_entries = p.dir_entries.saturating_add(1);
         p.dir_units = ins.plan.new_hw;
-        p.blocks += ins.claim.is_some() as u64;
+        p.blocks = p.blocks.saturating_add(ins.claim.is_some() as u64);
         if new.is_dir() {
-            p.nlink += 1;
+            p.nlink = p.nlink.saturating_add(1);
         }
         st.write(self, &mut tx);
         tx.commit();
@@ -423,6 +423,8 @@ impl Fs {
         rdev: u64,
     ) -> io::Result<Metadata> {
         let ft = FileType::from_mode(mode).ok_or_else(|| errno(libc::EINVAL))?;
+        // Only the type and permission bits are kept (as the kernel's mknod).
+        let mode = ft.mode_bits() | (mode & 0o7777);
         if matches!(ft, FileType::Dir | FileType::Symlink) {
             return Err(errno(libc::EINVAL));
         }
@@ -582,14 +584,14 @@ impl Fs {
             newname,
         );
         let i = st.get(ino);
-        i.nlink += 1;
+        i.nlink = i.nlink.saturating_add(1);
         i.ctime_ns = now;
         let p = st.get(parent);
         p.mtime_ns = now;
         p.ctime_ns = now;
-        p.dir_entries += 1;
+        p.dir_entries = p.dir_entries.saturating_add(1);
         p.dir_units = ins.plan.new_hw;
-        p.blocks += ins.claim.is_some() as u64;
+        p.blocks = p.blocks.saturating_add(ins.claim.is_some() as u64);
         st.write(inner, &mut tx);
         tx.commit();
         idx.apply_insert(&ins.plan, h, ins.claim.map(|c| c.pblk));

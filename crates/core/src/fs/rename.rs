@@ -212,9 +212,9 @@ impl Rename<'_> {
                 tx.write_u64(s_off, 0);
                 dec(&mut st.get(sp).dir_entries);
                 let d = st.get(dp);
-                d.dir_entries += 1;
+                d.dir_entries = d.dir_entries.saturating_add(1);
                 d.dir_units = ins.plan.new_hw;
-                d.blocks += ins.claim.is_some() as u64;
+                d.blocks = d.blocks.saturating_add(ins.claim.is_some() as u64);
             }
             Dest::Replace(d) => {
                 let d_off = self.dst().unit_off(geo, d.unit);
@@ -250,14 +250,14 @@ impl Rename<'_> {
                 if sp != dp && d.header.ftype == FileType::Dir {
                     st.get(d.header.ino).parent = sp;
                     dec(&mut st.get(dp).nlink);
-                    st.get(sp).nlink += 1;
+                    inc(&mut st.get(sp).nlink);
                 }
             }
         }
         if sp != dp && src_h.ftype == FileType::Dir {
             st.get(src_h.ino).parent = dp;
             dec(&mut st.get(sp).nlink);
-            st.get(dp).nlink += 1;
+            inc(&mut st.get(dp).nlink);
         }
         st.get(src_h.ino).ctime_ns = now;
         for p in [sp, dp] {
@@ -286,6 +286,11 @@ impl Rename<'_> {
         }
         Ok(())
     }
+}
+
+/// Increments a count read from media; a damaged count saturates instead of wrapping.
+fn inc(v: &mut u32) {
+    *v = v.saturating_add(1);
 }
 
 /// Decrements a count read from media; a damaged count stays at zero instead of wrapping.
