@@ -195,7 +195,7 @@ impl Run {
             }
             _ => unreachable!(),
         };
-        let op = if n > 0 && n % 10_000 == 0 {
+        let op = if n > 0 && n.is_multiple_of(10_000) {
             Op::CrashRemount
         } else {
             op
@@ -253,7 +253,10 @@ impl Run {
                     3
                 }] += 1;
                 if let Err(e) = self.fs.fallocate(ino, mode, off, len) {
-                    self.fail(n, format!("file {f}: fallocate({mode:#x}) {off}+{len}: {e}"));
+                    self.fail(
+                        n,
+                        format!("file {f}: fallocate({mode:#x}) {off}+{len}: {e}"),
+                    );
                 }
                 let m = &mut self.models[f];
                 let end = off + len;
@@ -261,7 +264,7 @@ impl Run {
                     // Bytes inside EOF read as zeros; whole blocks are unmapped.
                     let zero_end = (end as usize).min(m.data.len());
                     if (off as usize) < zero_end {
-                        m.data[off as usize..zero_end].fill(1);
+                        m.data[off as usize..zero_end].fill(0);
                     }
                     let (first, last) = (off.div_ceil(BLOCK), end / BLOCK);
                     m.blocks.retain(|&b| b < first || b >= last);
@@ -298,7 +301,8 @@ fn run(seed: u64) {
         .map(|s| s.parse().expect("FSX_OPS"))
         .unwrap_or(100_000);
     let fs = mem_fs(16, 64);
-    let inos = [b"fsx-a".as_slice(), b"fsx-b"].map(|name| fs.create(ROOT, name, 0o644, 0, 0).unwrap().ino);
+    let inos =
+        [b"fsx-a".as_slice(), b"fsx-b"].map(|name| fs.create(ROOT, name, 0o644, 0, 0).unwrap().ino);
     let mut run = Run {
         seed,
         fs,

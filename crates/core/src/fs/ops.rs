@@ -357,8 +357,10 @@ impl Inner {
             self.pm.persist(off, 8);
             freed += 1;
         };
-        if to.saturating_sub(from) > self.geo.data_blocks {
-            // A huge sparse range: one pass over the table is cheaper than a probe per block.
+        // For a large range one pass over the table beats a probe per logical block: probes
+        // for holes are misses, and a miss walks to the next free slot, which in a nearly
+        // full (or tombstone-heavy) table can be far away.
+        if to.saturating_sub(from) > self.geo.data_blocks / 32 {
             for s in 0..self.geo.data_blocks {
                 let v = self.pm.load_u64(self.geo.slot_off(s));
                 if let Some((i, l)) = crate::mapping::hashfs::split_key(v) {
