@@ -464,10 +464,12 @@ impl Inner {
 /// A claimed data block and the logical block it will map.
 type NewBlock = (Claim, u32);
 
-/// Splits new blocks into those filling holes inside EOF and those past it.
+/// Splits new blocks into those below the inode's old `map_end` (holes inside EOF or inside
+/// preallocated space: recovery keeps such mappings, so they must commit atomically with the
+/// inode) and those past it (recovery frees them as strays if the inode never commits).
 fn split_hole_fills(i: &Inode, claims: &[NewBlock]) -> (Vec<NewBlock>, Vec<NewBlock>) {
-    let eof_blocks = i.size.div_ceil(BLOCK_SIZE);
-    claims.iter().partition(|&&(_, l)| (l as u64) < eof_blocks)
+    let limit = i.map_end();
+    claims.iter().partition(|&&(_, l)| (l as u64) < limit)
 }
 
 fn check_regular(i: &Inode) -> io::Result<()> {
