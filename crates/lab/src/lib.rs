@@ -5,5 +5,8 @@
 //! percentiles side by side. [`scale`] measures lookups in a directory of a million
 //! files, DRAM held and mount time.
 
+pub mod filebench;
 pub mod micro;
 pub mod scale;
+pub mod stats;
+pub mod targets;

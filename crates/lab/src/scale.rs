@@ -123,7 +123,7 @@ pub fn run(cfg: &ScaleConfig, progress: &mut dyn FnMut(&str)) -> io::Result<Scal
     let image = cfg
         .shm_dir
         .join(format!("nvmfs-scale-{}.img", std::process::id()));
-    let _claim = crate::micro::sys::ScratchFile::claim(image.clone())?;
+    let _claim = crate::targets::sys::ScratchFile::claim(image.clone())?;
     progress(&format!(
         "scale: formatting {} GiB image at {}",
         cfg.image_size_bytes >> 30,

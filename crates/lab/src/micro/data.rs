@@ -1,9 +1,9 @@
 //! Data-path workloads: 4 KiB random and 1 MiB sequential I/O on one big
 //! pre-written file, and 4 KiB appends.
 
-use super::fs::{MicroFile, MicroFs};
 use super::measure::{measure, Measured, Workload};
 use super::session::Session;
+use crate::targets::api::{MicroFile, MicroFs};
 use std::io;
 
 pub const BLOCK: usize = 4096;

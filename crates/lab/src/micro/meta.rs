@@ -1,9 +1,9 @@
 //! Metadata-heavy workloads on many small files in one flat directory.
 
 use super::data::pattern;
-use super::fs::{MicroFile, MicroFs};
 use super::measure::{measure, Limits, Measured, Workload};
 use super::session::Session;
+use crate::targets::api::{MicroFile, MicroFs};
 use std::hint::black_box;
 use std::io;
 

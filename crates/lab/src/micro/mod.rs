@@ -9,14 +9,11 @@
 //! nvmfs library in-process.
 
 mod data;
-mod fs;
 mod measure;
 mod meta;
-mod nvmfs_target;
 mod reference;
 mod report;
 mod session;
-pub mod sys;
 
 pub use measure::Percentiles;
 pub use report::{format_table, print_table, to_json, write_json, Record, TargetKind};

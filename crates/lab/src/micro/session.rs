@@ -1,11 +1,11 @@
 //! Runs the selected workloads on one target, from fresh setup to cleanup.
 
-use super::fs::MicroFs;
 use super::measure::{Limits, Measured};
-use super::nvmfs_target::NvmfsTarget;
 use super::report::{Record, TargetKind};
-use super::sys::{ScratchDir, SysFs};
 use super::{data, meta, MicroConfig, Params, TargetSpec, WorkloadId};
+use crate::targets::api::MicroFs;
+use crate::targets::nvmfs::NvmfsTarget;
+use crate::targets::sys::{ScratchDir, SysFs};
 use std::io;
 
 /// Said on every kernel record: the comparison is against plain syscalls.

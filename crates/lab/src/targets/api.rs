@@ -13,6 +13,11 @@ pub trait MicroFile {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
     /// Writes all of `buf` at the end of a file opened with [`MicroFs::open_append`].
     fn append(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// fsync: on kernel targets the data and metadata reach the device; nvmfs
+    /// operations are already durable on return, so it only checks the handle.
+    fn sync(&self) -> io::Result<()>;
+    /// The file's current length (`fstat`).
+    fn size(&self) -> io::Result<u64>;
 
     /// Fills `buf` from `offset`; short reads are retried (normally there is one call).
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
@@ -97,6 +102,12 @@ mod tests {
         fn append(&mut self, buf: &[u8]) -> io::Result<()> {
             self.0.get_mut().extend_from_slice(buf);
             Ok(())
+        }
+        fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn size(&self) -> io::Result<u64> {
+            Ok(self.0.borrow().len() as u64)
         }
     }
 

@@ -1,7 +1,7 @@
 //! The `nvmfs` target: the library in-process on a fresh image file.
 
-use super::fs::{MicroFile, MicroFs};
-use super::sys::{annotate, ScratchFile};
+use crate::targets::api::{MicroFile, MicroFs};
+use crate::targets::sys::{annotate, ScratchFile};
 use nvmfs::{File, FormatOptions, Fs, MountOptions, OpenOptions};
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -41,7 +41,28 @@ impl NvmfsTarget {
         }
     }
 
-    fn fs(&self) -> &Fs {
+    /// Unmounts cleanly and mounts the image again, the nvmfs counterpart of
+    /// remounting a kernel file system between trials. nvmfs has no page
+    /// cache, so what this resets is the DRAM state rebuilt at mount
+    /// (directory indexes, translation caches, allocator pools).
+    pub fn remount(&mut self) -> io::Result<()> {
+        if let Some(fs) = self.fs.take() {
+            fs.unmount()
+                .map_err(|e| annotate(e, "cannot unmount nvmfs image", self.image.path()))?;
+        }
+        let fs = Fs::mount(self.image.path(), &MountOptions::default())
+            .map_err(|e| annotate(e, "cannot mount nvmfs image", self.image.path()))?;
+        self.fs = Some(fs);
+        Ok(())
+    }
+
+    /// The image file.
+    pub fn image_path(&self) -> &std::path::Path {
+        self.image.path()
+    }
+
+    /// The mounted file system.
+    pub fn fs(&self) -> &Fs {
         self.fs.as_ref().expect("mounted until closed")
     }
 }
@@ -116,5 +137,25 @@ impl MicroFile for File {
 
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
         self.write_all(buf)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.sync_all()
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        self.metadata().map(|m| m.len())
+    }
+}
+
+impl crate::filebench::LabTarget for NvmfsTarget {
+    type Fs = NvmfsTarget;
+
+    fn fs(&self) -> &NvmfsTarget {
+        self
+    }
+
+    fn remount(&mut self) -> io::Result<bool> {
+        NvmfsTarget::remount(self).map(|()| true)
     }
 }

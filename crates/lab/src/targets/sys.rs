@@ -3,7 +3,7 @@
 //! No fsync anywhere: the benchmark compares nvmfs against the plain syscall
 //! path (see the notes attached to the records).
 
-use super::fs::{MicroFile, MicroFs};
+use crate::targets::api::{MicroFile, MicroFs};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -75,6 +75,44 @@ impl MicroFile for File {
 
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
         self.write_all(buf)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.sync_all()
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        self.metadata().map(|m| m.len())
+    }
+}
+
+/// A directory target the lab did not mount (tmpfs scratch directory,
+/// `dir:PATH`): it cannot be remounted, so trials after the first run with
+/// warm caches, which the report says.
+pub struct DirTarget {
+    fs: SysFs,
+    _scratch: ScratchDir,
+}
+
+impl DirTarget {
+    /// Works in `scratch`, which is removed with everything in it on drop.
+    pub fn new(scratch: ScratchDir) -> Self {
+        DirTarget {
+            fs: SysFs::new(scratch.path()),
+            _scratch: scratch,
+        }
+    }
+}
+
+impl crate::filebench::LabTarget for DirTarget {
+    type Fs = SysFs;
+
+    fn fs(&self) -> &SysFs {
+        &self.fs
+    }
+
+    fn remount(&mut self) -> io::Result<bool> {
+        Ok(false)
     }
 }
 

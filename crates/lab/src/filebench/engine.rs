@@ -1,0 +1,531 @@
+//! Runs a personality's threads on a target: one trial is a warm-up whose
+//! operations are not recorded, then a measured phase bounded by time or by
+//! operation count, ending early (with the reason) when a flowop finds no
+//! file to pick.
+
+use super::fileset::{Fileset, PickKind, PickState};
+use super::personality::{Flowop, Op, OpKind, SetId, FD_SLOTS};
+use super::stats::{FlowopStats, ThreadStats};
+use crate::targets::api::{MicroFile, MicroFs};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const WARMUP: u8 = 0;
+const MEASURE: u8 = 1;
+const STOP: u8 = 2;
+
+/// A fileset with its names resolved for one target and its pick state.
+pub struct SetState<N> {
+    pub fileset: Fileset,
+    pub names: Vec<N>,
+    pub picks: Mutex<PickState>,
+}
+
+impl<N> SetState<N> {
+    pub fn new<F: MicroFs<Name = N>>(fs: &F, fileset: Fileset) -> Self {
+        let names = fileset.files.iter().map(|f| fs.name(&f.path)).collect();
+        let picks = Mutex::new(PickState::new(&fileset));
+        SetState {
+            fileset,
+            names,
+            picks,
+        }
+    }
+
+    fn picks(&self) -> std::sync::MutexGuard<'_, PickState> {
+        // A thread that panicked while holding the lock left consistent
+        // flags (every update is a single assignment), so keep going.
+        self.picks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// How long a trial runs.
+#[derive(Debug, Clone, Copy)]
+pub struct TrialLimits {
+    pub warmup: Duration,
+    pub run: Duration,
+    /// Stop the measured phase after this many flowops (all threads).
+    pub ops_max: Option<u64>,
+}
+
+/// Live numbers for a progress display.
+#[derive(Debug, Clone, Copy)]
+pub struct Tick {
+    pub measuring: bool,
+    pub elapsed: Duration,
+    pub ops_per_sec: f64,
+}
+
+/// State shared by the threads of one trial.
+struct Shared<'a, N> {
+    main: &'a SetState<N>,
+    log: Option<&'a SetState<N>>,
+    flowops: &'a [Flowop],
+    phase: AtomicU8,
+    ops: AtomicU64,
+    stopped_early: Mutex<Option<String>>,
+    failed: Mutex<Option<io::Error>>,
+    any_stop: AtomicBool,
+}
+
+impl<N> Shared<'_, N> {
+    fn set(&self, id: SetId) -> &SetState<N> {
+        match id {
+            SetId::Main => self.main,
+            SetId::Log => self.log.unwrap_or(self.main),
+        }
+    }
+
+    fn stop_early(&self, why: String) {
+        let mut s = self.stopped_early.lock().unwrap_or_else(|e| e.into_inner());
+        s.get_or_insert(why);
+        self.any_stop.store(true, Ordering::Relaxed);
+    }
+
+    fn fail(&self, e: io::Error) {
+        let mut f = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        f.get_or_insert(e);
+        self.any_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// What one trial measured.
+pub struct TrialOutcome {
+    pub flowops: Vec<FlowopStats>,
+    pub seconds: f64,
+    pub stopped_early: Option<String>,
+    pub cpu: CpuTimes,
+}
+
+/// CPU used during the measured phase.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct CpuTimes {
+    /// User and system time of this process (all its threads).
+    pub user_seconds: f64,
+    pub system_seconds: f64,
+    /// Busy fraction of all CPUs of the machine (from /proc/stat), which
+    /// includes kernel threads such as journal and writeback workers.
+    pub machine_busy_fraction: Option<f64>,
+}
+
+/// Runs one trial of `flowops` with `threads` threads.
+#[allow(clippy::too_many_arguments)]
+pub fn run_trial<F>(
+    fs: &F,
+    main: &SetState<F::Name>,
+    log: Option<&SetState<F::Name>>,
+    flowops: &[Flowop],
+    threads: usize,
+    limits: TrialLimits,
+    seed: u64,
+    interrupted: &dyn Fn() -> bool,
+    tick: &mut dyn FnMut(Tick),
+) -> io::Result<TrialOutcome>
+where
+    F: MicroFs + Sync,
+    F::Name: Sync,
+    F::File: Send,
+{
+    let shared = Shared {
+        main,
+        log,
+        flowops,
+        phase: AtomicU8::new(WARMUP),
+        ops: AtomicU64::new(0),
+        stopped_early: Mutex::new(None),
+        failed: Mutex::new(None),
+        any_stop: AtomicBool::new(false),
+    };
+    let (per_thread, seconds, cpu) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let shared = &shared;
+                s.spawn(move || thread_main(fs, shared, seed ^ (t as u64).wrapping_mul(0x9E37)))
+            })
+            .collect();
+        let (seconds, cpu) = control(&shared, limits, interrupted, tick);
+        let per_thread: Vec<ThreadStats> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| ThreadStats::new(flowops.len())))
+            .collect();
+        (per_thread, seconds, cpu)
+    });
+    if let Some(e) = shared
+        .failed
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+    {
+        return Err(e);
+    }
+    let mut stopped = shared
+        .stopped_early
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    if stopped.is_none() && interrupted() {
+        stopped = Some("interrupted (Ctrl-C)".into());
+    }
+    Ok(TrialOutcome {
+        flowops: FlowopStats::merge(flowops, per_thread),
+        seconds,
+        stopped_early: stopped,
+        cpu,
+    })
+}
+
+/// The controlling thread: warm-up, then the measured phase, then stop.
+fn control<N>(
+    shared: &Shared<'_, N>,
+    limits: TrialLimits,
+    interrupted: &dyn Fn() -> bool,
+    tick: &mut dyn FnMut(Tick),
+) -> (f64, CpuTimes) {
+    let poll = Duration::from_millis(50);
+    let start = Instant::now();
+    let mut last = (start, 0u64);
+    let mut report = |measuring: bool, since: Instant, last: &mut (Instant, u64)| {
+        let now = Instant::now();
+        let ops = shared.ops.load(Ordering::Relaxed);
+        let dt = (now - last.0).as_secs_f64();
+        if dt >= 0.2 {
+            let rate = (ops - last.1) as f64 / dt;
+            *last = (now, ops);
+            tick(Tick {
+                measuring,
+                elapsed: now - since,
+                ops_per_sec: rate,
+            });
+        }
+    };
+    let stop_now = || shared.any_stop.load(Ordering::Relaxed) || interrupted();
+    while start.elapsed() < limits.warmup && !stop_now() {
+        std::thread::sleep(poll.min(limits.warmup));
+        report(false, start, &mut last);
+    }
+    let cpu0 = CpuSample::now();
+    let t0 = Instant::now();
+    let ops0 = shared.ops.load(Ordering::Relaxed);
+    shared.phase.store(MEASURE, Ordering::SeqCst);
+    loop {
+        let elapsed = t0.elapsed();
+        let done_ops = shared.ops.load(Ordering::Relaxed) - ops0;
+        if elapsed >= limits.run || limits.ops_max.is_some_and(|m| done_ops >= m) || stop_now() {
+            break;
+        }
+        std::thread::sleep(
+            poll.min(limits.run.saturating_sub(elapsed))
+                .max(Duration::from_millis(1)),
+        );
+        report(true, t0, &mut last);
+    }
+    shared.phase.store(STOP, Ordering::SeqCst);
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu = cpu0.until_now();
+    (seconds, cpu)
+}
+
+/// One worker: loops over the flowops until told to stop.
+fn thread_main<F>(fs: &F, shared: &Shared<'_, F::Name>, seed: u64) -> ThreadStats
+where
+    F: MicroFs,
+{
+    let mut w = Worker {
+        fs,
+        shared,
+        fds: std::array::from_fn(|_| None),
+        rng: fastrand::Rng::with_seed(seed),
+        buf: Vec::new(),
+        stats: ThreadStats::new(shared.flowops.len()),
+    };
+    'outer: loop {
+        for (i, flowop) in shared.flowops.iter().enumerate() {
+            let phase = shared.phase.load(Ordering::Relaxed);
+            if phase == STOP || shared.any_stop.load(Ordering::Relaxed) {
+                break 'outer;
+            }
+            let t0 = Instant::now();
+            match w.run(flowop) {
+                Ok(Some(bytes)) => {
+                    let ns = t0.elapsed().as_nanos() as u64;
+                    shared.ops.fetch_add(1, Ordering::Relaxed);
+                    if phase == MEASURE {
+                        w.stats.record(i, ns, bytes);
+                    }
+                }
+                Ok(None) => break 'outer,
+                Err(e) => {
+                    shared.fail(io::Error::new(
+                        e.kind(),
+                        format!("flowop {} failed: {e}", flowop.name),
+                    ));
+                    break 'outer;
+                }
+            }
+        }
+    }
+    w.close_all();
+    w.stats
+}
+
+/// An open file of a thread: which entry of which set.
+struct OpenFile<T> {
+    file: T,
+    set: SetId,
+    entry: usize,
+}
+
+struct Worker<'a, 's, F: MicroFs> {
+    fs: &'a F,
+    shared: &'a Shared<'s, F::Name>,
+    fds: [Option<OpenFile<F::File>>; FD_SLOTS],
+    rng: fastrand::Rng,
+    buf: Vec<u8>,
+    stats: ThreadStats,
+}
+
+impl<F: MicroFs> Worker<'_, '_, F> {
+    /// Runs one flowop. `Ok(Some(bytes))` when it ran, `Ok(None)` when the
+    /// run must stop early (the reason is recorded in `shared`).
+    fn run(&mut self, flowop: &Flowop) -> io::Result<Option<u64>> {
+        let set = self.shared.set(flowop.set);
+        match flowop.op {
+            Op::CreateFile { fd } => self.create(set, flowop.set, fd),
+            Op::OpenFile { fd } => self.open(set, flowop.set, fd),
+            Op::CloseFile { fd } => {
+                self.close(fd);
+                Ok(Some(0))
+            }
+            Op::WriteWholeFile { fd, iosize } => self.write_whole(fd, iosize),
+            Op::ReadWholeFile { fd, iosize } => self.read_whole(fd, iosize),
+            Op::AppendFileRand { fd, iosize } => self.append_rand(set, flowop.set, fd, iosize),
+            Op::Fsync { fd } => {
+                self.file(fd)?.file.sync()?;
+                Ok(Some(0))
+            }
+            Op::DeleteFile => self.delete(set),
+            Op::StatFile => self.stat(set),
+        }
+    }
+
+    fn pick(&self, set: &SetState<F::Name>, kind: PickKind) -> Option<usize> {
+        let mut p = set.picks();
+        let got = p.pick(kind);
+        if got.is_none() {
+            let why = p.why_none(kind);
+            drop(p);
+            self.shared
+                .stop_early(format!("{}: {why}", set.fileset.spec.name));
+        }
+        got
+    }
+
+    fn create(&mut self, set: &SetState<F::Name>, id: SetId, fd: usize) -> io::Result<Option<u64>> {
+        self.close(fd);
+        let Some(i) = self.pick(set, PickKind::Absent) else {
+            return Ok(None);
+        };
+        match self.fs.create(&set.names[i]) {
+            Ok(file) => {
+                set.picks().release(i, true, 1);
+                self.fds[fd] = Some(OpenFile {
+                    file,
+                    set: id,
+                    entry: i,
+                });
+                Ok(Some(0))
+            }
+            Err(e) => {
+                set.picks().release(i, false, 0);
+                Err(e)
+            }
+        }
+    }
+
+    fn open(&mut self, set: &SetState<F::Name>, id: SetId, fd: usize) -> io::Result<Option<u64>> {
+        self.close(fd);
+        let Some(i) = self.pick(set, PickKind::Existing) else {
+            return Ok(None);
+        };
+        match self.fs.open_rw(&set.names[i]) {
+            Ok(file) => {
+                set.picks().release(i, true, 1);
+                self.fds[fd] = Some(OpenFile {
+                    file,
+                    set: id,
+                    entry: i,
+                });
+                Ok(Some(0))
+            }
+            Err(e) => {
+                set.picks().release(i, true, 0);
+                Err(e)
+            }
+        }
+    }
+
+    fn close(&mut self, fd: usize) {
+        if let Some(of) = self.fds[fd].take() {
+            drop(of.file);
+            self.shared.set(of.set).picks().closed(of.entry);
+        }
+    }
+
+    fn close_all(&mut self) {
+        for fd in 0..FD_SLOTS {
+            self.close(fd);
+        }
+    }
+
+    fn file(&self, fd: usize) -> io::Result<&OpenFile<F::File>> {
+        self.fds[fd].as_ref().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("fd {fd} is not open"))
+        })
+    }
+
+    fn buffer(&mut self, len: usize) -> &mut [u8] {
+        if self.buf.len() < len {
+            // Non-zero bytes so that no file system can shortcut zeroes.
+            self.buf.resize(len, 0xA5);
+        }
+        &mut self.buf[..len]
+    }
+
+    fn write_whole(&mut self, fd: usize, iosize: u64) -> io::Result<Option<u64>> {
+        let of = self.file(fd)?;
+        let size = self.shared.set(of.set).fileset.files[of.entry].size_bytes;
+        let chunk = iosize.min(size).max(1);
+        self.buffer(chunk as usize);
+        let of = self.fds[fd].as_ref().expect("checked above");
+        let mut off = 0;
+        while off < size {
+            let n = chunk.min(size - off) as usize;
+            of.file.write_all_at(&self.buf[..n], off)?;
+            off += n as u64;
+        }
+        Ok(Some(size))
+    }
+
+    fn read_whole(&mut self, fd: usize, iosize: u64) -> io::Result<Option<u64>> {
+        self.file(fd)?;
+        self.buffer(iosize as usize);
+        let of = self.fds[fd].as_ref().expect("checked above");
+        let mut off = 0u64;
+        loop {
+            let n = of.file.read_at(&mut self.buf[..iosize as usize], off)?;
+            if n == 0 {
+                break;
+            }
+            off += n as u64;
+        }
+        Ok(Some(off))
+    }
+
+    fn append_rand(
+        &mut self,
+        set: &SetState<F::Name>,
+        id: SetId,
+        fd: usize,
+        iosize: u64,
+    ) -> io::Result<Option<u64>> {
+        if self.fds[fd].is_none() {
+            // Filebench opens a flowop's file on first use and keeps it.
+            if self.open(set, id, fd)?.is_none() {
+                return Ok(None);
+            }
+        }
+        let len = self.rng.u64(0..iosize) as usize;
+        if len == 0 {
+            return Ok(Some(0));
+        }
+        self.buffer(len);
+        let of = self.fds[fd].as_ref().expect("opened above");
+        let end = of.file.size()?;
+        of.file.write_all_at(&self.buf[..len], end)?;
+        Ok(Some(len as u64))
+    }
+
+    fn delete(&mut self, set: &SetState<F::Name>) -> io::Result<Option<u64>> {
+        let Some(i) = self.pick(set, PickKind::ExistingClosed) else {
+            return Ok(None);
+        };
+        let r = self.fs.unlink(&set.names[i]);
+        set.picks().release(i, r.is_err(), 0);
+        r.map(|()| Some(0))
+    }
+
+    fn stat(&mut self, set: &SetState<F::Name>) -> io::Result<Option<u64>> {
+        let Some(i) = self.pick(set, PickKind::Existing) else {
+            return Ok(None);
+        };
+        let r = self.fs.stat(&set.names[i]);
+        set.picks().release(i, true, 0);
+        r.map(|_| Some(0))
+    }
+}
+
+/// Process CPU times and the machine's /proc/stat counters at one instant.
+struct CpuSample {
+    user: f64,
+    system: f64,
+    machine: Option<(u64, u64)>,
+}
+
+impl CpuSample {
+    fn now() -> Self {
+        let (user, system) = rusage_self();
+        CpuSample {
+            user,
+            system,
+            machine: proc_stat_busy_total(),
+        }
+    }
+
+    fn until_now(&self) -> CpuTimes {
+        let later = CpuSample::now();
+        let busy = match (self.machine, later.machine) {
+            (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
+                Some((b1.saturating_sub(b0)) as f64 / (t1 - t0) as f64)
+            }
+            _ => None,
+        };
+        CpuTimes {
+            user_seconds: later.user - self.user,
+            system_seconds: later.system - self.system,
+            machine_busy_fraction: busy,
+        }
+    }
+}
+
+fn rusage_self() -> (f64, f64) {
+    // SAFETY: getrusage writes a plain struct we own; zeroed is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a rusage for the duration of the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0.0, 0.0);
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+/// (busy, total) jiffies of all CPUs; idle and iowait are not busy.
+fn proc_stat_busy_total() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if v.len() < 5 {
+        return None;
+    }
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v[3] + v[4];
+    Some((total - idle, total))
+}
+
+/// For the IO summary: is this flowop a read or a write.
+pub fn kind_of(flowop: &Flowop) -> OpKind {
+    flowop.op.kind()
+}

@@ -1,0 +1,247 @@
+//! Filebench personalities on any lab target, with the study run rules.
+//!
+//! [`fileset`] builds filebench's directory tree and file sizes,
+//! [`personality`] holds the flowop loops of fileserver, webproxy,
+//! webserver and varmail, [`engine`] runs the threads of one trial, and
+//! [`stats`] reports per-flowop numbers the way filebench does. [`run`] ties
+//! them together: populate and preallocate once, then several trials, each
+//! on a freshly remounted file system (cold caches), the first discarded.
+
+pub mod engine;
+pub mod fileset;
+mod gamma;
+pub mod personality;
+pub mod stats;
+
+pub use fileset::{Fileset, FilesetSpec, SizeDist, TreeStats};
+pub use personality::{Personality, PersonalityConfig};
+
+use crate::stats::Summary;
+use crate::targets::api::{MicroFile, MicroFs};
+use engine::{CpuTimes, SetState, Tick, TrialLimits};
+use serde::Serialize;
+use stats::{FlowopStats, IoSummary};
+use std::io;
+use std::time::{Duration, Instant};
+
+/// A file system the lab can run trials on and remount between them.
+pub trait LabTarget {
+    type Fs: MicroFs + Sync;
+    fn fs(&self) -> &Self::Fs;
+    /// Drops caches by unmounting and mounting again. `Ok(false)` when the
+    /// target cannot be remounted without losing its files (tmpfs, a
+    /// directory the lab did not mount).
+    fn remount(&mut self) -> io::Result<bool>;
+}
+
+/// How a personality is run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunConfig {
+    pub personality: PersonalityConfig,
+    /// Trials including the first, which is discarded when there are two or more.
+    pub trials: usize,
+    /// Warm-up at the start of each trial, not recorded.
+    pub warmup_seconds: f64,
+    /// Length of each trial's measured phase.
+    pub run_seconds: f64,
+    /// Optional bound on flowops per trial (all threads together).
+    pub ops_max: Option<u64>,
+    pub seed: u64,
+}
+
+impl RunConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        self.personality.validate()?;
+        if self.trials == 0 || self.trials > 100 {
+            return Err(format!("trials must be 1..=100, got {}", self.trials));
+        }
+        for (what, v) in [("warm-up", self.warmup_seconds), ("run", self.run_seconds)] {
+            if !(v.is_finite() && (0.0..=86_400.0).contains(&v)) {
+                return Err(format!("{what} seconds must be 0..86400, got {v}"));
+            }
+        }
+        if self.run_seconds == 0.0 && self.ops_max.is_none() {
+            return Err("a trial needs run seconds > 0 or an op limit".into());
+        }
+        Ok(())
+    }
+}
+
+/// One trial's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialResult {
+    pub index: usize,
+    /// The first of several trials is discarded (run rule).
+    pub discarded: bool,
+    /// Whether the file system was remounted (caches dropped) before it.
+    pub remounted: bool,
+    pub seconds: f64,
+    pub summary: IoSummary,
+    pub flowops: Vec<FlowopStats>,
+    pub cpu: CpuTimes,
+    /// Why the trial ended before its time or op limit, if it did.
+    pub stopped_early: Option<String>,
+}
+
+/// A personality's run on one target.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub fileset: TreeStats,
+    /// Directory creation and preallocation.
+    pub setup_seconds: f64,
+    pub trials: Vec<TrialResult>,
+    /// ops/s over the kept trials: mean and 95% interval.
+    pub ops_per_sec: Option<Summary>,
+    pub stopped_early: Option<String>,
+}
+
+/// What the runner reports while it works.
+pub enum Progress<'a> {
+    Setup(&'a str),
+    Trial {
+        index: usize,
+        total: usize,
+        tick: Tick,
+    },
+    TrialDone(&'a TrialResult),
+}
+
+/// Populates the filesets on `target`, then runs the trials.
+pub fn run<T: LabTarget>(
+    target: &mut T,
+    cfg: &RunConfig,
+    interrupted: &dyn Fn() -> bool,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> io::Result<RunResult>
+where
+    <T::Fs as MicroFs>::Name: Sync,
+    <T::Fs as MicroFs>::File: Send,
+{
+    cfg.validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let p = &cfg.personality;
+    let main_set = Fileset::build(&p.main_fileset(), cfg.seed)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let log_set = match p.log_fileset() {
+        Some(spec) => Some(
+            Fileset::build(&spec, cfg.seed ^ 0x106)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+        ),
+        None => None,
+    };
+    let tree = main_set.stats();
+    let t0 = Instant::now();
+    progress(Progress::Setup(&format!(
+        "populating {} files in {} directories ({:.0} MiB preallocated)",
+        tree.files,
+        tree.dirs,
+        tree.prealloc_bytes as f64 / 1048576.0
+    )));
+    populate(target.fs(), &main_set, interrupted)?;
+    if let Some(log) = &log_set {
+        populate(target.fs(), log, interrupted)?;
+    }
+    let setup_seconds = t0.elapsed().as_secs_f64();
+    let main = SetState::new(target.fs(), main_set);
+    let log = log_set.map(|s| SetState::new(target.fs(), s));
+    let flowops = p.flowops();
+    let limits = TrialLimits {
+        warmup: Duration::from_secs_f64(cfg.warmup_seconds),
+        run: if cfg.run_seconds > 0.0 {
+            Duration::from_secs_f64(cfg.run_seconds)
+        } else {
+            Duration::MAX
+        },
+        ops_max: cfg.ops_max,
+    };
+    let mut trials = Vec::new();
+    for index in 0..cfg.trials {
+        if interrupted() {
+            break;
+        }
+        let remounted = target.remount()?;
+        let out = engine::run_trial(
+            target.fs(),
+            &main,
+            log.as_ref(),
+            &flowops,
+            p.threads,
+            limits,
+            cfg.seed.wrapping_add(index as u64 * 7919),
+            interrupted,
+            &mut |tick| {
+                progress(Progress::Trial {
+                    index,
+                    total: cfg.trials,
+                    tick,
+                })
+            },
+        )?;
+        let trial = TrialResult {
+            index,
+            discarded: index == 0 && cfg.trials > 1,
+            remounted,
+            seconds: out.seconds,
+            summary: IoSummary::of(&out.flowops, out.seconds),
+            flowops: out.flowops,
+            cpu: out.cpu,
+            stopped_early: out.stopped_early,
+        };
+        progress(Progress::TrialDone(&trial));
+        let stop = trial.stopped_early.is_some();
+        trials.push(trial);
+        if stop {
+            break;
+        }
+    }
+    Ok(finish(tree, setup_seconds, trials))
+}
+
+fn finish(fileset: TreeStats, setup_seconds: f64, trials: Vec<TrialResult>) -> RunResult {
+    let kept: Vec<f64> = trials
+        .iter()
+        .filter(|t| !t.discarded && t.stopped_early.is_none())
+        .map(|t| t.summary.ops_per_sec)
+        .collect();
+    let stopped_early = trials.iter().find_map(|t| t.stopped_early.clone());
+    RunResult {
+        fileset,
+        setup_seconds,
+        ops_per_sec: Summary::of(&kept),
+        trials,
+        stopped_early,
+    }
+}
+
+/// Creates the directories, then the preallocated files filled to their
+/// size with 1 MiB writes, as `fileset_create` does.
+pub fn populate<F: MicroFs>(
+    fs: &F,
+    set: &Fileset,
+    interrupted: &dyn Fn() -> bool,
+) -> io::Result<()> {
+    for d in &set.dirs {
+        fs.mkdir(&fs.name(d))
+            .map_err(|e| io::Error::new(e.kind(), format!("mkdir {d}: {e}")))?;
+    }
+    let chunk = vec![0x5Au8; 1 << 20];
+    for f in set.files.iter().filter(|f| f.prealloc) {
+        if interrupted() {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+        }
+        let file = fs
+            .create(&fs.name(&f.path))
+            .map_err(|e| io::Error::new(e.kind(), format!("create {}: {e}", f.path)))?;
+        let mut off = 0u64;
+        while off < f.size_bytes {
+            let n = (f.size_bytes - off).min(chunk.len() as u64) as usize;
+            file.write_all_at(&chunk[..n], off)
+                .map_err(|e| io::Error::new(e.kind(), format!("write {}: {e}", f.path)))?;
+            off += n as u64;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,222 @@
+//! Per-flowop statistics and filebench's IO summary (`stats.c`): counts,
+//! bytes and latency per flowop, with HDR histograms for percentiles.
+
+use super::personality::{Flowop, OpKind};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// 1 ns .. 1 h at 3 significant digits.
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// One thread's counters, indexed like the flowop list.
+pub struct ThreadStats {
+    per_op: Vec<(u64, u64, Histogram<u64>)>,
+}
+
+impl ThreadStats {
+    pub fn new(flowops: usize) -> Self {
+        ThreadStats {
+            per_op: (0..flowops).map(|_| (0, 0, new_histogram())).collect(),
+        }
+    }
+
+    pub fn record(&mut self, flowop: usize, latency_ns: u64, bytes: u64) {
+        let (count, total_bytes, hist) = &mut self.per_op[flowop];
+        *count += 1;
+        *total_bytes += bytes;
+        hist.saturating_record(latency_ns.max(1));
+    }
+}
+
+/// Latency percentiles of one flowop, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Latency {
+    pub mean: f64,
+    pub min: u64,
+    pub p50: u64,
+    pub p95: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+}
+
+impl Latency {
+    pub fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        Latency {
+            mean: h.mean(),
+            min: h.min(),
+            p50: h.value_at_quantile(0.50),
+            p95: h.value_at_quantile(0.95),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// One flowop's totals over all threads of a trial.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlowopStats {
+    pub name: String,
+    pub kind: OpKind,
+    pub ops: u64,
+    pub bytes: u64,
+    pub latency_ns: Latency,
+    #[serde(skip)]
+    pub histogram: Option<Histogram<u64>>,
+}
+
+impl FlowopStats {
+    /// Adds up the threads' counters per flowop.
+    pub fn merge(flowops: &[Flowop], threads: Vec<ThreadStats>) -> Vec<FlowopStats> {
+        let mut out: Vec<(u64, u64, Histogram<u64>)> = (0..flowops.len())
+            .map(|_| (0, 0, new_histogram()))
+            .collect();
+        for t in threads {
+            for (acc, (count, bytes, hist)) in out.iter_mut().zip(t.per_op) {
+                acc.0 += count;
+                acc.1 += bytes;
+                // Same bounds on both sides, so adding cannot fail.
+                let _ = acc.2.add(&hist);
+            }
+        }
+        flowops
+            .iter()
+            .zip(out)
+            .map(|(f, (ops, bytes, hist))| FlowopStats {
+                name: f.name.clone(),
+                kind: f.op.kind(),
+                ops,
+                bytes,
+                latency_ns: Latency::of(&hist),
+                histogram: Some(hist),
+            })
+            .collect()
+    }
+}
+
+/// Filebench's "IO Summary" line for one trial.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct IoSummary {
+    /// Every flowop counts as one op (open, close, stat, delete, fsync too).
+    pub ops: u64,
+    pub ops_per_sec: f64,
+    pub reads_per_sec: f64,
+    pub writes_per_sec: f64,
+    /// MB = 2^20 bytes.
+    pub mb_per_sec: f64,
+    /// Mean latency over all flowops, milliseconds.
+    pub ms_per_op: f64,
+}
+
+impl IoSummary {
+    pub fn of(flowops: &[FlowopStats], seconds: f64) -> Self {
+        let secs = seconds.max(1e-9);
+        let ops: u64 = flowops.iter().map(|f| f.ops).sum();
+        let count =
+            |k: OpKind| -> u64 { flowops.iter().filter(|f| f.kind == k).map(|f| f.ops).sum() };
+        let bytes: u64 = flowops.iter().map(|f| f.bytes).sum();
+        let lat_total_ns: f64 = flowops
+            .iter()
+            .map(|f| f.latency_ns.mean * f.ops as f64)
+            .sum();
+        IoSummary {
+            ops,
+            ops_per_sec: ops as f64 / secs,
+            reads_per_sec: count(OpKind::Read) as f64 / secs,
+            writes_per_sec: count(OpKind::Write) as f64 / secs,
+            mb_per_sec: bytes as f64 / (1u64 << 20) as f64 / secs,
+            ms_per_op: if ops > 0 {
+                lat_total_ns / ops as f64 / 1e6
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// Filebench-style text: one line per flowop, then the IO summary.
+pub fn format_filebench(flowops: &[FlowopStats], seconds: f64) -> String {
+    let secs = seconds.max(1e-9);
+    let mut s = String::new();
+    for f in flowops.iter().rev() {
+        let mb = f.bytes as f64 / (1u64 << 20) as f64 / secs;
+        s += &format!(
+            "{:<20} {:>9}ops {:>10.0}ops/s {:>7.1}mb/s {:>9.3}ms/op [{:.3}ms - {:.3}ms]\n",
+            f.name,
+            f.ops,
+            f.ops as f64 / secs,
+            mb,
+            f.latency_ns.mean / 1e6,
+            f.latency_ns.min as f64 / 1e6,
+            f.latency_ns.max as f64 / 1e6,
+        );
+    }
+    let io = IoSummary::of(flowops, seconds);
+    s += &format!(
+        "IO Summary: {} ops {:.3} ops/s {:.0}/{:.0} rd/wr {:.1}mb/s {:.3}ms/op\n",
+        io.ops, io.ops_per_sec, io.reads_per_sec, io.writes_per_sec, io.mb_per_sec, io.ms_per_op
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filebench::personality::{Op, SetId};
+
+    fn flowop(name: &str, op: Op) -> Flowop {
+        Flowop {
+            name: name.into(),
+            set: SetId::Main,
+            op,
+        }
+    }
+
+    #[test]
+    fn merge_and_summary_add_up() {
+        let ops = [
+            flowop("readfile1", Op::ReadWholeFile { fd: 1, iosize: 1 }),
+            flowop("appendfilerand1", Op::AppendFileRand { fd: 1, iosize: 1 }),
+            flowop("statfile1", Op::StatFile),
+        ];
+        let mut a = ThreadStats::new(3);
+        let mut b = ThreadStats::new(3);
+        for _ in 0..10 {
+            a.record(0, 1_000, 4096);
+            b.record(1, 3_000, 100);
+        }
+        b.record(2, 2_000_000, 0);
+        let merged = FlowopStats::merge(&ops, vec![a, b]);
+        assert_eq!(merged[0].ops, 10);
+        assert_eq!(merged[0].bytes, 40_960);
+        // HDR histograms keep 3 significant digits.
+        assert!(merged[1].latency_ns.p50.abs_diff(3_000) <= 3);
+        assert!(merged[2].latency_ns.max.abs_diff(2_000_000) <= 2_000);
+        // 21 ops over 2 s; 10 reads, 10 writes.
+        let io = IoSummary::of(&merged, 2.0);
+        assert_eq!(io.ops, 21);
+        assert!((io.ops_per_sec - 10.5).abs() < 1e-9);
+        assert!((io.reads_per_sec - 5.0).abs() < 1e-9);
+        assert!((io.writes_per_sec - 5.0).abs() < 1e-9);
+        let mb = (40_960.0 + 1_000.0) / 1_048_576.0 / 2.0;
+        assert!((io.mb_per_sec - mb).abs() < 1e-9);
+        // Mean latency over all ops: (10*1us + 10*3us + 2ms) / 21.
+        let want_ms = (10.0 * 1_000.0 + 10.0 * 3_000.0 + 2_000_000.0) / 21.0 / 1e6;
+        assert!(
+            (io.ms_per_op - want_ms).abs() < want_ms * 0.002,
+            "{}",
+            io.ms_per_op
+        );
+        let text = format_filebench(&merged, 2.0);
+        assert!(
+            text.contains("IO Summary: 21 ops 10.500 ops/s 5/5 rd/wr"),
+            "{text}"
+        );
+    }
+}
