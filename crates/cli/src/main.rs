@@ -8,6 +8,7 @@ mod mkfs;
 mod mount;
 mod output;
 mod size;
+mod study;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
@@ -38,6 +39,7 @@ enum Command {
     Mount(mount::Args),
     Bench(bench::Args),
     Crashtest(crashtest::Args),
+    Study(study::Args),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Mount(args) => mount::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Crashtest(args) => crashtest::run_cmd(&args),
+        Command::Study(args) => study::run(&args),
     };
     ExitCode::from(code)
 }

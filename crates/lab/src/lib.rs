@@ -5,8 +5,11 @@
 //! percentiles side by side. [`scale`] measures lookups in a directory of a million
 //! files, DRAM held and mount time.
 
+pub mod chart;
 pub mod filebench;
+pub mod kernel;
 pub mod micro;
 pub mod scale;
 pub mod stats;
+pub mod study;
 pub mod targets;

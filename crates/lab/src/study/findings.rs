@@ -1,0 +1,226 @@
+//! Checks the paper's findings against a run: each finding names ratios
+//! between two variants on one workload, and the run rules decide whether
+//! this run shows the same direction with a significant difference.
+
+use super::nvm2015::{self, Finding};
+use super::targets::matches_name;
+use super::Cell;
+use crate::stats::{compare, Summary};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Reproduced,
+    Partly,
+    NotReproduced,
+    /// A variant it needs did not run here.
+    NotMeasured,
+}
+
+impl Verdict {
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Reproduced => "reproduced",
+            Verdict::Partly => "partly reproduced",
+            Verdict::NotReproduced => "not reproduced",
+            Verdict::NotMeasured => "not measured",
+        }
+    }
+}
+
+/// One ratio, paper against this run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RatioCheck {
+    pub workload: String,
+    pub a: String,
+    pub b: String,
+    pub paper: Option<f64>,
+    pub measured: Option<f64>,
+    pub significant: Option<bool>,
+    pub verdict: Verdict,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FindingCheck {
+    pub id: String,
+    pub statement: String,
+    pub paper_evidence: String,
+    pub ratios: Vec<RatioCheck>,
+    pub verdict: Verdict,
+    /// When not reproduced: the likely reason.
+    pub likely_reason: Option<String>,
+}
+
+fn summary_of<'a>(cells: &'a [Cell], workload: &str, target: &str) -> Option<(&'a str, Summary)> {
+    cells
+        .iter()
+        .find(|c| c.workload == workload && matches_name(&c.target, target))
+        .and_then(|c| c.ops_per_sec().map(|s| (c.target.as_str(), s)))
+}
+
+fn check_ratio(cells: &[Cell], r: &nvm2015::PaperRatio, no_difference: bool) -> RatioCheck {
+    let a = summary_of(cells, r.workload, r.a);
+    let b = summary_of(cells, r.workload, r.b);
+    let (measured, significant, verdict) = match (a, b) {
+        (Some((_, sa)), Some((_, sb))) => {
+            let c = compare(&sa, &sb);
+            let right_way = if r.expect_faster {
+                c.ratio > 1.0
+            } else {
+                c.ratio < 1.0
+            };
+            let v = if no_difference {
+                if c.significant {
+                    Verdict::NotReproduced
+                } else {
+                    Verdict::Reproduced
+                }
+            } else if c.significant && right_way {
+                Verdict::Reproduced
+            } else {
+                Verdict::NotReproduced
+            };
+            (Some(c.ratio), Some(c.significant), v)
+        }
+        _ => (None, None, Verdict::NotMeasured),
+    };
+    RatioCheck {
+        workload: r.workload.to_string(),
+        a: a.map_or(r.a, |x| x.0).to_string(),
+        b: b.map_or(r.b, |x| x.0).to_string(),
+        paper: r.paper,
+        measured,
+        significant,
+        verdict,
+    }
+}
+
+fn overall(ratios: &[RatioCheck]) -> Verdict {
+    let measured: Vec<Verdict> = ratios
+        .iter()
+        .map(|r| r.verdict)
+        .filter(|v| *v != Verdict::NotMeasured)
+        .collect();
+    let ok = measured
+        .iter()
+        .filter(|v| **v == Verdict::Reproduced)
+        .count();
+    match (measured.len(), ok) {
+        (0, _) => Verdict::NotMeasured,
+        (n, k) if k == n => Verdict::Reproduced,
+        (_, 0) => Verdict::NotReproduced,
+        _ => Verdict::Partly,
+    }
+}
+
+/// Every finding of [`nvm2015::findings`] against `cells`.
+pub fn check_all(cells: &[Cell]) -> Vec<FindingCheck> {
+    nvm2015::findings()
+        .iter()
+        .map(|f| check_one(cells, f))
+        .collect()
+}
+
+fn check_one(cells: &[Cell], f: &Finding) -> FindingCheck {
+    let none = nvm2015::expects_no_difference(f);
+    let ratios: Vec<RatioCheck> = f
+        .ratios
+        .iter()
+        .map(|r| check_ratio(cells, r, none))
+        .collect();
+    let verdict = overall(&ratios);
+    let likely_reason = match verdict {
+        Verdict::Reproduced => None,
+        Verdict::NotMeasured => {
+            Some("a variant it compares did not run (unavailable or filtered out)".into())
+        }
+        _ => Some(f.caveat.to_string()).filter(|c| !c.is_empty()),
+    };
+    FindingCheck {
+        id: f.id.to_string(),
+        statement: f.statement.to_string(),
+        paper_evidence: f.paper_evidence.to_string(),
+        ratios,
+        verdict,
+        likely_reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filebench::RunResult;
+    use crate::study::CellStatus;
+
+    fn cell(workload: &str, target: &str, samples: &[f64]) -> Cell {
+        let s = Summary::of(samples).unwrap();
+        let r = RunResult {
+            fileset: crate::filebench::fileset::TreeStats {
+                files: 0,
+                dirs: 0,
+                leaf_dirs: 0,
+                mean_depth_configured: 0.0,
+                mean_depth_actual: 0.0,
+                max_files_per_dir: 0,
+                mean_file_size_bytes: 0.0,
+                total_bytes: 0,
+                prealloc_files: 0,
+                prealloc_bytes: 0,
+            },
+            setup_seconds: 0.0,
+            trials: Vec::new(),
+            ops_per_sec: Some(s),
+            stopped_early: None,
+        };
+        Cell {
+            workload: workload.into(),
+            target: target.into(),
+            paper_name: None,
+            status: CellStatus::Ok,
+            result: Some(r),
+            provision: None,
+            wall_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn verdicts_follow_direction_and_significance() {
+        let cells = vec![
+            cell("fileserver", "nvmfs", &[300.0, 301.0, 299.0]),
+            cell("fileserver", "ext2", &[100.0, 101.0, 99.0]),
+            cell("fileserver", "ext3", &[100.0, 150.0, 400.0]),
+            cell("fileserver", "xfs-ag126", &[130.0, 131.0, 129.0]),
+            cell("fileserver", "xfs", &[100.0, 101.0, 99.0]),
+        ];
+        let checks = check_all(&cells);
+        let direct = checks
+            .iter()
+            .find(|c| c.id == "direct-access-beats-page-cache")
+            .unwrap();
+        // nvmfs vs ext2: 3x, tight: reproduced. vs ext3: wide interval: not.
+        assert_eq!(direct.ratios[0].verdict, Verdict::Reproduced);
+        assert!((direct.ratios[0].measured.unwrap() - 3.0).abs() < 1e-9);
+        assert_eq!(direct.ratios[1].verdict, Verdict::NotReproduced);
+        assert_eq!(
+            direct.ratios[2].verdict,
+            Verdict::NotMeasured,
+            "no ext4 cell"
+        );
+        assert_eq!(direct.verdict, Verdict::Partly);
+        assert!(direct.likely_reason.is_some());
+        // xfs-ag matches the variant whatever its AG count.
+        let ag = checks
+            .iter()
+            .find(|c| c.id == "more-xfs-ags-help-fileserver")
+            .unwrap();
+        assert_eq!(ag.ratios[0].a, "xfs-ag126");
+        assert_eq!(ag.ratios[0].verdict, Verdict::Reproduced);
+        // A finding with nothing measured says so.
+        let flat = checks
+            .iter()
+            .find(|c| c.id == "ext2-collapses-on-flat-directory")
+            .unwrap();
+        assert_eq!(flat.verdict, Verdict::NotMeasured);
+    }
+}

@@ -1,0 +1,229 @@
+//! `nvmfs study NAME`: a whole source study in one command.
+//!
+//! [`nvm2015`] holds seed 000's Filebench workloads (Table I) and findings;
+//! this module runs every workload on nvmfs and on every kernel variant
+//! this machine can provision ([`targets`]), one after the other, with the
+//! run rules (fresh mkfs per workload, remount between trials, the first
+//! trial discarded, 95% intervals), then [`report`] writes the results
+//! directory and [`findings`] checks the paper's claims against the run.
+
+pub mod env;
+pub mod findings;
+pub mod nvm2015;
+pub mod report;
+pub mod targets;
+
+use crate::filebench::{Progress, RunConfig, RunResult};
+use crate::stats::Summary;
+use nvm2015::{Size, StudyWorkload};
+use serde::Serialize;
+use std::io;
+use std::path::PathBuf;
+use std::time::Instant;
+use targets::StudyTarget;
+
+/// Everything a study run needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct StudyConfig {
+    pub size: Size,
+    /// Trials per workload and target, the first discarded.
+    pub trials: usize,
+    pub warmup_seconds: f64,
+    pub run_seconds: f64,
+    /// Target names to run (nvmfs, kernel variant names); empty = all available.
+    pub only_targets: Vec<String>,
+    /// Workload ids to run; empty = all.
+    pub only_workloads: Vec<String>,
+    /// Where images and loop-device backing files go (a tmpfs).
+    pub shm_dir: PathBuf,
+    /// Results directory.
+    pub out_dir: PathBuf,
+    /// Charts are normalised to this target.
+    pub baseline: String,
+    pub seed: u64,
+}
+
+impl StudyConfig {
+    /// The settings of `--quick`, `--full` or neither.
+    pub fn for_size(size: Size, out_dir: PathBuf) -> Self {
+        let (trials, warmup, run) = match size {
+            Size::Quick => (4, 0.3, 1.0),
+            Size::Default => (4, 1.0, 5.0),
+            Size::Full => (5, 5.0, 30.0),
+        };
+        StudyConfig {
+            size,
+            trials,
+            warmup_seconds: warmup,
+            run_seconds: run,
+            only_targets: Vec::new(),
+            only_workloads: Vec::new(),
+            shm_dir: PathBuf::from("/dev/shm"),
+            out_dir,
+            baseline: "ext4".into(),
+            seed: 2015,
+        }
+    }
+}
+
+/// One workload on one target.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub workload: String,
+    pub target: String,
+    pub paper_name: Option<String>,
+    pub status: CellStatus,
+    /// Present when the run completed (possibly stopped early).
+    pub result: Option<RunResult>,
+    /// How the target was made (mkfs and mount lines, device, versions).
+    pub provision: Option<serde_json::Value>,
+    pub wall_seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", content = "reason", rename_all = "snake_case")]
+pub enum CellStatus {
+    Ok,
+    /// Ran, but a trial stopped before its limit; the reason says why.
+    StoppedEarly(String),
+    /// Provisioning or a flowop failed.
+    Failed(String),
+    Interrupted,
+}
+
+impl Cell {
+    pub fn ops_per_sec(&self) -> Option<Summary> {
+        self.result.as_ref().and_then(|r| r.ops_per_sec)
+    }
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct StudyResult {
+    pub config: StudyConfig,
+    pub workloads: Vec<StudyWorkload>,
+    pub targets: Vec<targets::TargetEntry>,
+    pub cells: Vec<Cell>,
+    pub interrupted: bool,
+    pub wall_seconds: f64,
+}
+
+/// Live progress of a study.
+pub trait StudyProgress {
+    fn cell_started(&mut self, index: usize, total: usize, workload: &str, target: &str);
+    fn note(&mut self, msg: &str);
+    fn tick(&mut self, trial: usize, trials: usize, ops_per_sec: f64, measuring: bool);
+    fn cell_done(&mut self, cell: &Cell);
+}
+
+/// Runs seed 000's Filebench workloads over every available target.
+pub fn run_nvm2015(
+    cfg: &StudyConfig,
+    interrupted: &dyn Fn() -> bool,
+    progress: &mut dyn StudyProgress,
+) -> io::Result<StudyResult> {
+    let start = Instant::now();
+    let workloads: Vec<StudyWorkload> = nvm2015::workloads(cfg.size)
+        .into_iter()
+        .filter(|w| cfg.only_workloads.is_empty() || cfg.only_workloads.contains(&w.id))
+        .collect();
+    if workloads.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no workload selected; known: fileserver, webproxy-d0.7, webproxy-d2.1, webproxy-d3.4, webserver, varmail",
+        ));
+    }
+    let device_bytes = targets::device_size_bytes(&workloads);
+    let target_list = targets::discover(device_bytes, &cfg.only_targets)?;
+    for t in target_list.iter().filter(|t| t.unavailable.is_some()) {
+        progress.note(&format!(
+            "{}: unavailable: {}",
+            t.name,
+            t.unavailable.as_deref().unwrap_or("")
+        ));
+    }
+    let runnable: Vec<&targets::TargetEntry> = target_list
+        .iter()
+        .filter(|t| t.unavailable.is_none())
+        .collect();
+    let total = workloads.len() * runnable.len();
+    let mut cells = Vec::new();
+    'all: for w in &workloads {
+        for t in &runnable {
+            if interrupted() {
+                break 'all;
+            }
+            progress.cell_started(cells.len(), total, &w.id, &t.name);
+            let cell = run_cell(cfg, w, t, device_bytes, interrupted, progress);
+            progress.cell_done(&cell);
+            cells.push(cell);
+        }
+    }
+    Ok(StudyResult {
+        config: cfg.clone(),
+        workloads,
+        targets: target_list,
+        cells,
+        interrupted: interrupted(),
+        wall_seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Fresh file system, populate, trials, teardown: one bar of a figure.
+fn run_cell(
+    cfg: &StudyConfig,
+    w: &StudyWorkload,
+    t: &targets::TargetEntry,
+    device_bytes: u64,
+    interrupted: &dyn Fn() -> bool,
+    progress: &mut dyn StudyProgress,
+) -> Cell {
+    let start = Instant::now();
+    let run_cfg = RunConfig {
+        personality: w.config.clone(),
+        trials: cfg.trials,
+        warmup_seconds: cfg.warmup_seconds,
+        run_seconds: cfg.run_seconds,
+        ops_max: None,
+        seed: cfg.seed,
+    };
+    let mut provision = None;
+    let trial_total = cfg.trials as f64 * (cfg.warmup_seconds + cfg.run_seconds);
+    let outcome = StudyTarget::create(t, &cfg.shm_dir, device_bytes, &w.config, trial_total)
+        .and_then(|mut target| {
+            provision = Some(target.describe());
+            let mut on_progress = |p: Progress<'_>| match p {
+                Progress::Setup(msg) => progress.note(msg),
+                Progress::Trial { index, total, tick } => {
+                    progress.tick(index, total, tick.ops_per_sec, tick.measuring)
+                }
+                Progress::TrialDone(_) => {}
+            };
+            let r = target.run(&run_cfg, interrupted, &mut on_progress);
+            let closed = target.close();
+            let r = r?;
+            closed?;
+            Ok(r)
+        });
+    let status = match &outcome {
+        Ok(r) => match &r.stopped_early {
+            Some(why) if why.starts_with("interrupted") => CellStatus::Interrupted,
+            Some(why) => CellStatus::StoppedEarly(why.clone()),
+            None => CellStatus::Ok,
+        },
+        Err(e) if interrupted() => {
+            let _ = e;
+            CellStatus::Interrupted
+        }
+        Err(e) => CellStatus::Failed(e.to_string()),
+    };
+    Cell {
+        workload: w.id.clone(),
+        target: t.name.clone(),
+        paper_name: t.paper_name.clone(),
+        status,
+        result: outcome.ok(),
+        provision,
+        wall_seconds: start.elapsed().as_secs_f64(),
+    }
+}

@@ -1,0 +1,572 @@
+//! The results directory of a study run: configuration, environment, raw
+//! per-trial data, JSON (schema in docs/LAB.md), CSV, Markdown, and bar
+//! charts normalised to a baseline like the paper's figures.
+
+use super::env::Environment;
+use super::findings::{self, FindingCheck};
+use super::targets::matches_name;
+use super::{Cell, CellStatus, StudyResult};
+use crate::chart::{self, Bar, BarChart, Series};
+use crate::stats::{compare, Summary};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Identifies the JSON layout of `results.json`.
+pub const SCHEMA: &str = "nvmfs-lab/study-nvm-2015/v1";
+
+/// One row of the results table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub workload: String,
+    pub target: String,
+    pub paper_name: Option<String>,
+    pub status: String,
+    pub ops_per_sec: Option<Summary>,
+    pub mb_per_sec_mean: Option<f64>,
+    /// Mean over kept trials of process user+system CPU seconds per 1000 ops.
+    pub cpu_ms_per_kop: Option<f64>,
+    /// This target's mean over the baseline's, and whether it is significant.
+    pub vs_baseline: Option<f64>,
+    pub vs_baseline_significant: Option<bool>,
+    /// nvmfs's rows: ratio to the best kernel variant on this workload.
+    pub vs_best_kernel: Option<f64>,
+    pub best_kernel: Option<String>,
+}
+
+/// `results.json`.
+#[derive(Debug, Serialize)]
+pub struct ResultsFile<'a> {
+    pub schema: &'static str,
+    pub study: &'static str,
+    pub baseline: &'a str,
+    pub environment: &'a Environment,
+    pub config: &'a super::StudyConfig,
+    pub workloads: &'a [super::nvm2015::StudyWorkload],
+    pub targets: &'a [super::targets::TargetEntry],
+    pub rows: &'a [Row],
+    pub findings: &'a [FindingCheck],
+    pub interrupted: bool,
+    pub wall_seconds: f64,
+}
+
+/// What was written.
+pub struct Written {
+    pub dir: PathBuf,
+    pub files: Vec<PathBuf>,
+    pub notes: Vec<String>,
+    pub rows: Vec<Row>,
+    pub findings: Vec<FindingCheck>,
+}
+
+fn status_label(s: &CellStatus) -> String {
+    match s {
+        CellStatus::Ok => "ok".into(),
+        CellStatus::StoppedEarly(why) => format!("stopped early: {why}"),
+        CellStatus::Failed(e) => format!("failed: {e}"),
+        CellStatus::Interrupted => "interrupted".into(),
+    }
+}
+
+fn kept_mean(cell: &Cell, f: impl Fn(&crate::filebench::TrialResult) -> f64) -> Option<f64> {
+    let r = cell.result.as_ref()?;
+    let kept: Vec<f64> = r.trials.iter().filter(|t| !t.discarded).map(f).collect();
+    (!kept.is_empty()).then(|| kept.iter().sum::<f64>() / kept.len() as f64)
+}
+
+/// Table rows with ratios to the baseline and, for nvmfs, to the best kernel variant.
+pub fn rows(result: &StudyResult) -> Vec<Row> {
+    let base = &result.config.baseline;
+    result
+        .cells
+        .iter()
+        .map(|c| {
+            let s = c.ops_per_sec();
+            let b = result
+                .cells
+                .iter()
+                .find(|x| x.workload == c.workload && matches_name(&x.target, base))
+                .and_then(Cell::ops_per_sec);
+            let cmp = s.zip(b).map(|(s, b)| compare(&s, &b));
+            let best = best_kernel(result, &c.workload);
+            let vs_best = (c.target == "nvmfs")
+                .then(|| {
+                    s.zip(best.as_ref().map(|b| b.1))
+                        .map(|(s, b)| s.mean / b.mean)
+                })
+                .flatten();
+            Row {
+                workload: c.workload.clone(),
+                target: c.target.clone(),
+                paper_name: c.paper_name.clone(),
+                status: status_label(&c.status),
+                ops_per_sec: s,
+                mb_per_sec_mean: kept_mean(c, |t| t.summary.mb_per_sec),
+                cpu_ms_per_kop: kept_mean(c, |t| {
+                    (t.cpu.user_seconds + t.cpu.system_seconds) * 1e6 / t.summary.ops.max(1) as f64
+                }),
+                vs_baseline: cmp.map(|x| x.ratio),
+                vs_baseline_significant: cmp.map(|x| x.significant),
+                vs_best_kernel: vs_best,
+                best_kernel: (c.target == "nvmfs").then(|| best.map(|b| b.0)).flatten(),
+            }
+        })
+        .collect()
+}
+
+/// The fastest kernel variant (by mean) on `workload`.
+pub fn best_kernel(result: &StudyResult, workload: &str) -> Option<(String, Summary)> {
+    result
+        .cells
+        .iter()
+        .filter(|c| c.workload == workload && c.target != "nvmfs")
+        .filter_map(|c| c.ops_per_sec().map(|s| (c.target.clone(), s)))
+        .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
+}
+
+/// Writes everything into `result.config.out_dir` (created if needed).
+pub fn write_all(result: &StudyResult, env: &Environment) -> io::Result<Written> {
+    let dir = result.config.out_dir.clone();
+    std::fs::create_dir_all(dir.join("raw"))
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display())))?;
+    let rows = rows(result);
+    let checks = findings::check_all(&result.cells);
+    let mut w = Written {
+        dir: dir.clone(),
+        files: Vec::new(),
+        notes: Vec::new(),
+        rows,
+        findings: checks,
+    };
+    let json = |v: &dyn erased::Json| v.to_json();
+    put(&mut w, "config.json", json(&result.config))?;
+    put(&mut w, "environment.json", json(env))?;
+    for c in &result.cells {
+        let name = format!("raw/{}--{}.json", c.workload, c.target);
+        put(&mut w, &name, json(c))?;
+    }
+    put(&mut w, "trials.csv", trials_csv(result))?;
+    let file = ResultsFile {
+        schema: SCHEMA,
+        study: "nvm-2015",
+        baseline: &result.config.baseline,
+        environment: env,
+        config: &result.config,
+        workloads: &result.workloads,
+        targets: &result.targets,
+        rows: &w.rows,
+        findings: &w.findings,
+        interrupted: result.interrupted,
+        wall_seconds: result.wall_seconds,
+    };
+    let text = json(&file);
+    put(&mut w, "results.json", text)?;
+    let csv = results_csv(&w.rows);
+    put(&mut w, "results.csv", csv)?;
+    let charts = write_charts(result, &dir, &mut w.notes)?;
+    w.files.extend(charts.iter().cloned());
+    let md = markdown(result, env, &w.rows, &w.findings, &charts, &w.notes);
+    put(&mut w, "report.md", md)?;
+    Ok(w)
+}
+
+fn put(w: &mut Written, name: &str, text: String) -> io::Result<()> {
+    let path = w.dir.join(name);
+    std::fs::write(&path, text)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))?;
+    w.files.push(path);
+    Ok(())
+}
+
+/// A tiny object-safe wrapper so `write_all` can serialise mixed types.
+mod erased {
+    pub trait Json {
+        fn to_json(&self) -> String;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn to_json(&self) -> String {
+            serde_json::to_string_pretty(self).expect("serialisable") + "\n"
+        }
+    }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |x| format!("{x:.4}"))
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn trials_csv(result: &StudyResult) -> String {
+    let mut s = String::from(
+        "workload,target,trial,discarded,remounted,seconds,ops,ops_per_sec,mb_per_sec,reads_per_sec,writes_per_sec,ms_per_op,cpu_user_s,cpu_system_s,machine_busy,stopped_early\n",
+    );
+    for c in &result.cells {
+        let Some(r) = &c.result else { continue };
+        for t in &r.trials {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{:.4},{},{:.2},{:.3},{:.2},{:.2},{:.5},{:.4},{:.4},{},{}",
+                c.workload,
+                c.target,
+                t.index,
+                t.discarded,
+                t.remounted,
+                t.seconds,
+                t.summary.ops,
+                t.summary.ops_per_sec,
+                t.summary.mb_per_sec,
+                t.summary.reads_per_sec,
+                t.summary.writes_per_sec,
+                t.summary.ms_per_op,
+                t.cpu.user_seconds,
+                t.cpu.system_seconds,
+                opt(t.cpu.machine_busy_fraction),
+                csv_field(t.stopped_early.as_deref().unwrap_or("")),
+            );
+        }
+    }
+    s
+}
+
+fn results_csv(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "workload,target,paper_name,status,n,ops_per_sec_mean,ci95_low,ci95_high,mb_per_sec,cpu_ms_per_kop,vs_baseline,significant,vs_best_kernel,best_kernel\n",
+    );
+    for r in rows {
+        let o = r.ops_per_sec;
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            r.workload,
+            r.target,
+            r.paper_name.as_deref().unwrap_or(""),
+            csv_field(&r.status),
+            o.map_or(0, |o| o.n),
+            opt(o.map(|o| o.mean)),
+            opt(o.map(|o| o.ci95_low).filter(|v| v.is_finite())),
+            opt(o.map(|o| o.ci95_high).filter(|v| v.is_finite())),
+            opt(r.mb_per_sec_mean),
+            opt(r.cpu_ms_per_kop),
+            opt(r.vs_baseline),
+            r.vs_baseline_significant
+                .map_or(String::new(), |b| b.to_string()),
+            opt(r.vs_best_kernel),
+            r.best_kernel.as_deref().unwrap_or(""),
+        );
+    }
+    s
+}
+
+/// The figures: one per paper figure, groups = targets, series = workloads
+/// of the figure, values normalised to the baseline's mean.
+fn write_charts(
+    result: &StudyResult,
+    dir: &Path,
+    notes: &mut Vec<String>,
+) -> io::Result<Vec<PathBuf>> {
+    let base = &result.config.baseline;
+    let mut figures: Vec<&str> = result.workloads.iter().map(|w| w.figure).collect();
+    figures.dedup();
+    let targets: Vec<String> = {
+        let mut t: Vec<String> = Vec::new();
+        for c in &result.cells {
+            if !t.contains(&c.target) {
+                t.push(c.target.clone());
+            }
+        }
+        t
+    };
+    let mut files = Vec::new();
+    for fig in figures {
+        let wls: Vec<&super::nvm2015::StudyWorkload> = result
+            .workloads
+            .iter()
+            .filter(|w| w.figure == fig)
+            .collect();
+        let series: Vec<Series> = wls
+            .iter()
+            .map(|w| Series {
+                name: w.id.clone(),
+                bars: targets
+                    .iter()
+                    .map(|t| normalised_bar(result, &w.id, t, base))
+                    .collect(),
+            })
+            .collect();
+        if series.iter().all(|s| s.bars.iter().all(Option::is_none)) {
+            notes.push(format!("{fig}: no bars (the baseline {base} did not run)"));
+            continue;
+        }
+        let stem = match fig {
+            "Fig. 2" => "fig2-fileserver".to_string(),
+            "Fig. 3" => "fig3-webproxy".to_string(),
+            "Fig. 4" => "fig4-webserver".to_string(),
+            _ => wls.first().map_or("extra".into(), |w| w.id.clone()),
+        };
+        let chart = BarChart {
+            title: format!(
+                "{} ({}): ops/s relative to {base}",
+                if fig == "extra" { "not in the paper" } else { fig },
+                wls.iter().map(|w| w.id.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+            y_label: format!("ops/s relative to {base} (= 1.0)"),
+            groups: targets.clone(),
+            series,
+            reference_line: Some(1.0),
+            note: Some(format!(
+                "{} run, files scaled 1/{} of the paper; whiskers: 95% CI; missing bar: did not run",
+                result.config.size.name(),
+                result.config.size.divisor()
+            )),
+        };
+        let out = chart::write_chart(&chart, dir, &stem)?;
+        files.push(out.svg.clone());
+        match out.png {
+            Ok(p) => files.push(p),
+            Err(why) => notes.push(format!("{stem}.png not written: {why}")),
+        }
+    }
+    Ok(files)
+}
+
+fn normalised_bar(result: &StudyResult, workload: &str, target: &str, base: &str) -> Option<Bar> {
+    let find = |t: &str| {
+        result
+            .cells
+            .iter()
+            .find(|c| c.workload == workload && matches_name(&c.target, t))
+            .and_then(Cell::ops_per_sec)
+    };
+    let s = find(target)?;
+    let b = find(base)?;
+    if b.mean <= 0.0 {
+        return None;
+    }
+    let lo = if s.ci95_low.is_finite() {
+        s.ci95_low.max(0.0)
+    } else {
+        s.mean
+    };
+    let hi = if s.ci95_high.is_finite() {
+        s.ci95_high
+    } else {
+        s.mean
+    };
+    Some(Bar {
+        value: s.mean / b.mean,
+        ci_low: lo / b.mean,
+        ci_high: hi / b.mean,
+    })
+}
+
+/// The console table: one line per workload and target.
+pub fn format_table(rows: &[Row], baseline: &str) -> String {
+    let mut s = format!(
+        "{:<14} {:<16} {:>12} {:>10} {:>9} {:>8} {:>9}  {}\n",
+        "workload", "target", "ops/s", "±95%", "MB/s", "vs base", "vs best", "status"
+    );
+    for r in rows {
+        let (mean, ci) = r
+            .ops_per_sec
+            .map_or((String::from("-"), String::from("-")), |o| {
+                (
+                    format!("{:.0}", o.mean),
+                    if o.ci95_half_width.is_finite() {
+                        format!("{:.1}%", o.relative_ci() * 100.0)
+                    } else {
+                        "n/a".into()
+                    },
+                )
+            });
+        let _ = writeln!(
+            s,
+            "{:<14} {:<16} {:>12} {:>10} {:>9} {:>8} {:>9}  {}",
+            r.workload,
+            r.target,
+            mean,
+            ci,
+            r.mb_per_sec_mean.map_or("-".into(), |v| format!("{v:.0}")),
+            r.vs_baseline.map_or("-".into(), |v| format!(
+                "{v:.2}{}",
+                if r.vs_baseline_significant == Some(true) {
+                    "*"
+                } else {
+                    ""
+                }
+            )),
+            r.vs_best_kernel
+                .map_or(String::new(), |v| format!("{v:.2}x")),
+            r.status,
+        );
+    }
+    let _ = writeln!(
+        s,
+        "vs base: mean ops/s over {baseline}'s (* = significant: 95% intervals apart and >= 10%); vs best: nvmfs over the fastest kernel variant"
+    );
+    s
+}
+
+fn markdown(
+    result: &StudyResult,
+    env: &Environment,
+    rows: &[Row],
+    checks: &[FindingCheck],
+    charts: &[PathBuf],
+    notes: &[String],
+) -> String {
+    let cfg = &result.config;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# nvm-2015: Filebench on nvmfs and kernel file systems\n"
+    );
+    let _ = writeln!(
+        s,
+        "Reproduces the Filebench part of \"An Empirical Study of File Systems on NVM\" (MSST 2015, Figs. 2-4). \
+         `{}` run: file counts are 1/{} of the paper's Table I, everything else (file sizes, directory widths, \
+         I/O sizes, 50 threads, flowop order) as in the paper. {} trials per workload and target, the first \
+         discarded; {} s warm-up and {} s measured each; kernel file systems are made fresh for every workload \
+         and remounted before every trial. Total time {:.0} s{}.\n",
+        cfg.size.name(),
+        cfg.size.divisor(),
+        cfg.trials,
+        cfg.warmup_seconds,
+        cfg.run_seconds,
+        result.wall_seconds,
+        if result.interrupted { " (interrupted: partial results)" } else { "" }
+    );
+    let _ = writeln!(s, "## nvmfs against the best kernel variant\n");
+    let _ = writeln!(
+        s,
+        "| workload | nvmfs ops/s | best kernel | its ops/s | nvmfs / best |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    for w in &result.workloads {
+        let nv = rows
+            .iter()
+            .find(|r| r.workload == w.id && r.target == "nvmfs");
+        let best = best_kernel(result, &w.id);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            w.id,
+            nv.and_then(|r| r.ops_per_sec)
+                .map_or("-".into(), |o| fmt_ci(&o)),
+            best.as_ref().map_or("-", |b| b.0.as_str()),
+            best.as_ref().map_or("-".into(), |b| fmt_ci(&b.1)),
+            nv.and_then(|r| r.vs_best_kernel)
+                .map_or("-".into(), |v| format!("{v:.2}x")),
+        );
+    }
+    let _ = writeln!(s, "\n## Findings of the paper, checked\n");
+    for f in checks {
+        let _ = writeln!(s, "### {} — **{}**\n", f.statement, f.verdict.label());
+        let _ = writeln!(s, "Paper: {}.\n", f.paper_evidence);
+        let _ = writeln!(
+            s,
+            "| workload | ratio | paper | this run | significant | verdict |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        for r in &f.ratios {
+            let _ = writeln!(
+                s,
+                "| {} | {} / {} | {} | {} | {} | {} |",
+                r.workload,
+                r.a,
+                r.b,
+                r.paper.map_or("-".into(), |v| format!("{v:.2}")),
+                r.measured.map_or("-".into(), |v| format!("{v:.2}")),
+                r.significant.map_or("-", |b| if b { "yes" } else { "no" }),
+                r.verdict.label()
+            );
+        }
+        if let Some(why) = &f.likely_reason {
+            let _ = writeln!(s, "\nLikely reason: {why}.");
+        }
+        s.push('\n');
+    }
+    let _ = writeln!(s, "## Figures\n");
+    for c in charts
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "svg"))
+    {
+        let name = c
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let _ = writeln!(s, "![{name}]({name})\n");
+    }
+    let _ = writeln!(s, "## All results\n");
+    let _ = writeln!(
+        s,
+        "| workload | target | paper name | ops/s (95% CI) | MB/s | CPU ms/kop | vs {} | status |",
+        cfg.baseline
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.workload,
+            r.target,
+            r.paper_name.as_deref().unwrap_or(""),
+            r.ops_per_sec.map_or("-".into(), |o| fmt_ci(&o)),
+            r.mb_per_sec_mean.map_or("-".into(), |v| format!("{v:.0}")),
+            r.cpu_ms_per_kop.map_or("-".into(), |v| format!("{v:.2}")),
+            r.vs_baseline.map_or("-".into(), |v| format!(
+                "{v:.2}{}",
+                if r.vs_baseline_significant == Some(true) {
+                    " (sig.)"
+                } else {
+                    ""
+                }
+            )),
+            r.status
+        );
+    }
+    let _ = writeln!(s, "\n## Targets not run\n");
+    for t in result.targets.iter().filter(|t| t.unavailable.is_some()) {
+        let _ = writeln!(
+            s,
+            "- **{}**: {}",
+            t.name,
+            t.unavailable.as_deref().unwrap_or("")
+        );
+    }
+    let _ = writeln!(s, "\n## Environment and emulation\n");
+    let _ = writeln!(
+        s,
+        "Linux {}, {} × {}, {:.1} GiB RAM; images in a {} directory; nvmfs flushes with {}.\n",
+        env.kernel_release,
+        env.cpus,
+        env.cpu_model,
+        env.memory_bytes as f64 / (1u64 << 30) as f64,
+        env.shm_dir_fs,
+        env.nvmfs_flush
+    );
+    for e in &env.emulation {
+        let _ = writeln!(s, "- {e}");
+    }
+    for n in notes {
+        let _ = writeln!(s, "- {n}");
+    }
+    let _ = writeln!(
+        s,
+        "\nmkfs and mount command lines of every kernel target are in `raw/*.json` (`provision`); per-trial numbers in `trials.csv`; the JSON schema is described in docs/LAB.md of the nvmfs repository."
+    );
+    s
+}
+
+fn fmt_ci(o: &Summary) -> String {
+    if o.ci95_half_width.is_finite() {
+        format!("{:.0} ± {:.0}", o.mean, o.ci95_half_width)
+    } else {
+        format!("{:.0}", o.mean)
+    }
+}

@@ -1,0 +1,194 @@
+//! The study's targets: nvmfs in-process, and every kernel variant of
+//! Table III this machine can provision on a RAM-backed loop device.
+
+use super::nvm2015::StudyWorkload;
+use crate::filebench::{self, LabTarget, PersonalityConfig, Progress, RunConfig, RunResult};
+use crate::kernel::{self, Availability, Provisioned};
+use crate::targets::nvmfs::NvmfsTarget;
+use crate::targets::sys::SysFs;
+use serde::Serialize;
+use std::io;
+use std::path::Path;
+
+const GIB: u64 = 1 << 30;
+
+/// A target of the study, available or not.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetEntry {
+    pub name: String,
+    /// The paper's name of the variant (`pmfs` is the paper's direct-access
+    /// file system, which nvmfs stands in for).
+    pub paper_name: Option<String>,
+    pub description: String,
+    /// Why it cannot run here, if it cannot.
+    pub unavailable: Option<String>,
+    #[serde(skip)]
+    variant: Option<kernel::Variant>,
+}
+
+/// Kernel device size: room for the largest fileset three times over
+/// (creates, appends and the webserver log grow it) plus 2 GiB, and at least
+/// 8 GiB so that XFS can have many allocation groups (the paper's 464 needs
+/// 30 GiB). The devices are sparse files, so only written blocks use memory.
+pub fn device_size_bytes(workloads: &[StudyWorkload]) -> u64 {
+    let largest = workloads
+        .iter()
+        .map(|w| w.config.files as u64 * w.config.mean_file_size_bytes)
+        .max()
+        .unwrap_or(0);
+    ((largest * 3 + 2 * GIB).div_ceil(GIB) * GIB).max(8 * GIB)
+}
+
+/// nvmfs image size for one workload: the fileset twice over, 1 GiB, and
+/// 256 MiB per second of trial for the webserver log. Smaller than the
+/// kernel devices because the image is preallocated and mapped with
+/// MAP_POPULATE at every mount (persistent memory has no sparse holes).
+pub fn nvmfs_image_bytes(c: &PersonalityConfig, trial_seconds_total: f64) -> u64 {
+    let fileset = c.files as u64 * c.mean_file_size_bytes;
+    let log = (trial_seconds_total.max(0.0) * 256.0) as u64 * (1 << 20);
+    (fileset * 2 + GIB + log).div_ceil(GIB) * GIB
+}
+
+/// nvmfs first, then the kernel catalogue, then what this kernel lacks.
+/// `only` filters by name (`xfs-ag` matches the high-AG variant whatever
+/// its count).
+pub fn discover(device_bytes: u64, only: &[String]) -> io::Result<Vec<TargetEntry>> {
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| matches_name(name, o));
+    let mut out = Vec::new();
+    if wanted("nvmfs") {
+        out.push(TargetEntry {
+            name: "nvmfs".into(),
+            paper_name: Some("pmfs".into()),
+            description: "nvmfs library in-process on a fresh image in the shm dir: direct access, no page cache, durable on return (stands in for the paper's PMFS)".into(),
+            unavailable: None,
+            variant: None,
+        });
+    }
+    for v in kernel::catalogue(device_bytes) {
+        if !wanted(&v.name) {
+            continue;
+        }
+        let unavailable = match kernel::availability(&v) {
+            Availability::Available => None,
+            Availability::Unavailable { reason } => Some(reason),
+        };
+        out.push(TargetEntry {
+            name: v.name.clone(),
+            paper_name: v.paper_name.clone(),
+            description: v.description.clone(),
+            unavailable,
+            variant: Some(v),
+        });
+    }
+    if only.is_empty() {
+        for (paper, reason) in kernel::unavailable_variants() {
+            out.push(TargetEntry {
+                name: paper.clone(),
+                paper_name: Some(paper),
+                description: String::new(),
+                unavailable: Some(reason),
+                variant: None,
+            });
+        }
+    }
+    let unknown: Vec<&String> = only
+        .iter()
+        .filter(|o| !out.iter().any(|t| matches_name(&t.name, o)))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("unknown target(s) {unknown:?}; known: nvmfs and the kernel variants (ext2, ext3, ext3-writeback, ext3-journal, ext4, ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs)"),
+        ));
+    }
+    Ok(out)
+}
+
+/// `xfs-ag` stands for the high-AG XFS variant, whose name carries its count.
+pub fn matches_name(name: &str, wanted: &str) -> bool {
+    name == wanted || (wanted == "xfs-ag" && name.starts_with("xfs-ag"))
+}
+
+/// A kernel file system made for one workload.
+pub struct KernelTarget {
+    prov: Provisioned,
+    fs: SysFs,
+}
+
+impl LabTarget for KernelTarget {
+    type Fs = SysFs;
+
+    fn fs(&self) -> &SysFs {
+        &self.fs
+    }
+
+    fn remount(&mut self) -> io::Result<bool> {
+        self.prov.remount()
+    }
+}
+
+/// A provisioned target, alive for one workload.
+pub enum StudyTarget {
+    Nvmfs(NvmfsTarget),
+    Kernel(Box<KernelTarget>),
+}
+
+impl StudyTarget {
+    /// Fresh nvmfs image or fresh mkfs; everything is removed on drop.
+    pub fn create(
+        t: &TargetEntry,
+        shm_dir: &Path,
+        device_bytes: u64,
+        workload: &PersonalityConfig,
+        trial_seconds_total: f64,
+    ) -> io::Result<StudyTarget> {
+        match &t.variant {
+            None => {
+                let image = shm_dir.join(format!("nvmfs-study-{}.img", std::process::id()));
+                let inodes = ((workload.files as u64 * 2 + 4096) * 3 / 2).next_power_of_two();
+                let size = nvmfs_image_bytes(workload, trial_seconds_total);
+                Ok(StudyTarget::Nvmfs(NvmfsTarget::create(
+                    image, size, inodes,
+                )?))
+            }
+            Some(v) => {
+                let prov = Provisioned::create(v, shm_dir, device_bytes)?;
+                let fs = SysFs::new(prov.mount_point());
+                Ok(StudyTarget::Kernel(Box::new(KernelTarget { prov, fs })))
+            }
+        }
+    }
+
+    /// What was made, for the environment section of the report.
+    pub fn describe(&self) -> serde_json::Value {
+        match self {
+            StudyTarget::Nvmfs(t) => serde_json::json!({
+                "image": t.image_path(),
+                "mode": "library, in-process",
+            }),
+            StudyTarget::Kernel(k) => {
+                serde_json::to_value(k.prov.info()).unwrap_or(serde_json::Value::Null)
+            }
+        }
+    }
+
+    pub fn run(
+        &mut self,
+        cfg: &RunConfig,
+        interrupted: &dyn Fn() -> bool,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> io::Result<RunResult> {
+        match self {
+            StudyTarget::Nvmfs(t) => filebench::run(t, cfg, interrupted, progress),
+            StudyTarget::Kernel(k) => filebench::run(k.as_mut(), cfg, interrupted, progress),
+        }
+    }
+
+    /// Unmounts and removes everything, reporting errors.
+    pub fn close(self) -> io::Result<()> {
+        match self {
+            StudyTarget::Nvmfs(t) => t.close(),
+            StudyTarget::Kernel(k) => k.prov.teardown(),
+        }
+    }
+}
