@@ -308,16 +308,30 @@ impl<F: MicroFs> Worker<'_, '_, F> {
         }
     }
 
+    /// Picks like `fileset_pick`: when every suitable entry is busy for the
+    /// moment (another thread is between its pick and its release), waits
+    /// for one to become idle; when none exists at all, stops the run early.
     fn pick(&self, set: &SetState<F::Name>, kind: PickKind) -> Option<usize> {
-        let mut p = set.picks();
-        let got = p.pick(kind);
-        if got.is_none() {
-            let why = p.why_none(kind);
+        loop {
+            let mut p = set.picks();
+            if let Some(i) = p.pick(kind) {
+                return Some(i);
+            }
+            if !p.only_busy(kind) {
+                let why = p.why_none(kind);
+                drop(p);
+                self.shared
+                    .stop_early(format!("{}: {why}", set.fileset.spec.name));
+                return None;
+            }
             drop(p);
-            self.shared
-                .stop_early(format!("{}: {why}", set.fileset.spec.name));
+            if self.shared.phase.load(Ordering::Relaxed) == STOP
+                || self.shared.any_stop.load(Ordering::Relaxed)
+            {
+                return None;
+            }
+            std::thread::yield_now();
         }
-        got
     }
 
     fn create(&mut self, set: &SetState<F::Name>, id: SetId, fd: usize) -> io::Result<Option<u64>> {

@@ -301,9 +301,16 @@ impl PickState {
     }
 
     fn suits(&self, i: usize, kind: PickKind) -> bool {
-        if self.busy[i] {
-            return false;
-        }
+        !self.busy[i] && self.would_suit(i, kind)
+    }
+
+    /// Whether a failed pick only failed because suitable entries are busy
+    /// for a moment (filebench then waits for an idle entry).
+    pub fn only_busy(&self, kind: PickKind) -> bool {
+        (0..self.exists.len()).any(|i| self.busy[i] && self.would_suit(i, kind))
+    }
+
+    fn would_suit(&self, i: usize, kind: PickKind) -> bool {
         match kind {
             PickKind::Existing => self.exists[i],
             PickKind::ExistingClosed => self.exists[i] && self.open_count[i] == 0,
@@ -488,6 +495,15 @@ mod tests {
         assert_eq!(p.pick(PickKind::Absent), Some(2));
         assert_eq!(p.pick(PickKind::Absent), Some(4));
         assert_eq!(p.pick(PickKind::Absent), None, "all absent ones busy");
+        assert!(
+            p.only_busy(PickKind::Absent),
+            "a wait, not the end of the run"
+        );
         assert!(p.why_none(PickKind::Absent).contains("3 busy"));
+        p.release(1, true, 0);
+        p.release(2, true, 0);
+        p.release(4, true, 0);
+        assert_eq!(p.pick(PickKind::Absent), None);
+        assert!(!p.only_busy(PickKind::Absent), "nothing absent: stop early");
     }
 }

@@ -227,3 +227,6 @@ fn run_cell(
         wall_seconds: start.elapsed().as_secs_f64(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -50,8 +50,20 @@ impl NvmfsTarget {
             fs.unmount()
                 .map_err(|e| annotate(e, "cannot unmount nvmfs image", self.image.path()))?;
         }
-        let fs = Fs::mount(self.image.path(), &MountOptions::default())
-            .map_err(|e| annotate(e, "cannot mount nvmfs image", self.image.path()))?;
+        // A child process forked elsewhere in this process (mkfs, mount)
+        // shares our descriptors until its exec closes them, and with them
+        // the image's lock: retry a busy image for a moment.
+        let mut tries = 0;
+        let fs = loop {
+            match Fs::mount(self.image.path(), &MountOptions::default()) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => break r,
+            }
+        }
+        .map_err(|e| annotate(e, "cannot mount nvmfs image", self.image.path()))?;
         self.fs = Some(fs);
         Ok(())
     }

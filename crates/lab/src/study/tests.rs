@@ -1,0 +1,137 @@
+//! The study end to end, tiny: nvmfs and (as root) ext4 on a loop device,
+//! the results directory, and cleanup after success and after a failure.
+
+use super::*;
+use crate::kernel;
+
+/// The leftover checks look at everything this process made, so the tests
+/// that provision targets take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+struct Quiet;
+
+impl StudyProgress for Quiet {
+    fn cell_started(&mut self, _: usize, _: usize, _: &str, _: &str) {}
+    fn note(&mut self, _: &str) {}
+    fn tick(&mut self, _: usize, _: usize, _: f64, _: bool) {}
+    fn cell_done(&mut self, _: &Cell) {}
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn tiny_config(out: PathBuf, targets: &[&str], workloads: &[&str]) -> StudyConfig {
+    let mut cfg = StudyConfig::for_size(Size::Quick, out);
+    cfg.trials = 2;
+    cfg.warmup_seconds = 0.05;
+    cfg.run_seconds = 0.2;
+    cfg.only_targets = targets.iter().map(|s| s.to_string()).collect();
+    cfg.only_workloads = workloads.iter().map(|s| s.to_string()).collect();
+    cfg
+}
+
+fn no_leftovers() {
+    assert!(
+        kernel::live_resources().is_empty(),
+        "{:?}",
+        kernel::live_resources()
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        !mounts.contains("nvmfs-lab-mnt"),
+        "a lab mount is left: {mounts}"
+    );
+    let shm: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("nvmfs-study-") || n.starts_with("nvmfs-lab-"))
+                .filter(|n| n.contains(&format!("-{}", std::process::id())))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(shm.is_empty(), "scratch files left in /dev/shm: {shm:?}");
+}
+
+#[test]
+fn study_runs_and_writes_its_results_directory() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let targets: &[&str] = if is_root() {
+        &["nvmfs", "ext4"]
+    } else {
+        eprintln!("skipped part: not root, ext4 on a loop device not run");
+        &["nvmfs", "tmpfs"]
+    };
+    let cfg = tiny_config(out.path().join("r"), targets, &["webserver", "varmail"]);
+    let result = run_nvm2015(&cfg, &|| false, &mut Quiet).unwrap();
+    assert_eq!(result.cells.len(), 4);
+    for c in &result.cells {
+        assert_eq!(c.status, CellStatus::Ok, "{} on {}", c.workload, c.target);
+        let s = c.ops_per_sec().expect("one kept trial");
+        assert!(s.mean > 0.0);
+    }
+    no_leftovers();
+    let env = env::Environment::capture(&cfg.shm_dir);
+    let w = report::write_all(&result, &env).unwrap();
+    for name in [
+        "config.json",
+        "environment.json",
+        "trials.csv",
+        "results.json",
+        "results.csv",
+        "report.md",
+        "fig4-webserver.svg",
+    ] {
+        let p = cfg.out_dir.join(name);
+        assert!(p.is_file(), "{name} missing");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cfg.out_dir.join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["schema"], report::SCHEMA);
+    assert_eq!(json["rows"].as_array().unwrap().len(), 4);
+    // trials.csv: a header and one row per trial (2 per cell).
+    let csv = std::fs::read_to_string(cfg.out_dir.join("trials.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 4 * 2);
+    let md = std::fs::read_to_string(cfg.out_dir.join("report.md")).unwrap();
+    assert!(md.contains("## Findings of the paper, checked"));
+    assert!(!w.findings.is_empty());
+}
+
+#[test]
+fn a_failing_workload_is_reported_and_cleaned_up() {
+    if !is_root() {
+        eprintln!("skipped: needs root to provision ext4");
+        return;
+    }
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // fileserver files of 64 MiB mean on the smallest device: the creates
+    // and appends fill it and a flowop fails with ENOSPC.
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = tiny_config(out.path().join("r"), &["ext4"], &["fileserver"]);
+    cfg.run_seconds = 2.0;
+    let mut w = nvm2015::workloads(Size::Quick).remove(0);
+    w.config.mean_file_size_bytes = 64 << 20;
+    w.config.files = 40;
+    w.config.prealloc_percent = 50;
+    let t = targets::discover(kernel::MIN_DEVICE_BYTES, &["ext4".into()]).unwrap();
+    let cell = run_cell(
+        &cfg,
+        &w,
+        &t[0],
+        kernel::MIN_DEVICE_BYTES,
+        &|| false,
+        &mut Quiet,
+    );
+    match &cell.status {
+        CellStatus::Failed(e) => assert!(
+            e.contains("No space left") || e.contains("space"),
+            "unexpected failure: {e}"
+        ),
+        other => panic!("expected ENOSPC, got {other:?}"),
+    }
+    no_leftovers();
+}
