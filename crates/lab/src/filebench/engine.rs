@@ -335,33 +335,34 @@ impl<F: MicroFs> Worker<'_, '_, F> {
     }
 
     fn create(&mut self, set: &SetState<F::Name>, id: SetId, fd: usize) -> io::Result<Option<u64>> {
-        self.close(fd);
-        let Some(i) = self.pick(set, PickKind::Absent) else {
-            return Ok(None);
-        };
-        match self.fs.create(&set.names[i]) {
-            Ok(file) => {
-                set.picks().release(i, true, 1);
-                self.fds[fd] = Some(OpenFile {
-                    file,
-                    set: id,
-                    entry: i,
-                });
-                Ok(Some(0))
-            }
-            Err(e) => {
-                set.picks().release(i, false, 0);
-                Err(e)
-            }
-        }
+        self.open_into(set, id, fd, PickKind::Absent)
     }
 
     fn open(&mut self, set: &SetState<F::Name>, id: SetId, fd: usize) -> io::Result<Option<u64>> {
+        self.open_into(set, id, fd, PickKind::Existing)
+    }
+
+    /// createfile (an absent entry, O_CREAT) or openfile (an existing one)
+    /// into slot `fd`. The entry exists from the moment the create returns,
+    /// as in filebench, and stays busy only until then.
+    fn open_into(
+        &mut self,
+        set: &SetState<F::Name>,
+        id: SetId,
+        fd: usize,
+        kind: PickKind,
+    ) -> io::Result<Option<u64>> {
         self.close(fd);
-        let Some(i) = self.pick(set, PickKind::Existing) else {
+        let Some(i) = self.pick(set, kind) else {
             return Ok(None);
         };
-        match self.fs.open_rw(&set.names[i]) {
+        let creating = kind == PickKind::Absent;
+        let opened = if creating {
+            self.fs.create(&set.names[i])
+        } else {
+            self.fs.open_rw(&set.names[i])
+        };
+        match opened {
             Ok(file) => {
                 set.picks().release(i, true, 1);
                 self.fds[fd] = Some(OpenFile {
@@ -372,7 +373,7 @@ impl<F: MicroFs> Worker<'_, '_, F> {
                 Ok(Some(0))
             }
             Err(e) => {
-                set.picks().release(i, true, 0);
+                set.picks().release(i, !creating, 0);
                 Err(e)
             }
         }

@@ -39,14 +39,20 @@ pub fn device_size_bytes(workloads: &[StudyWorkload]) -> u64 {
     ((largest * 3 + 2 * GIB).div_ceil(GIB) * GIB).max(8 * GIB)
 }
 
-/// nvmfs image size for one workload: the fileset twice over, 1 GiB, and
-/// 256 MiB per second of trial for the webserver log. Smaller than the
-/// kernel devices because the image is preallocated and mapped with
-/// MAP_POPULATE at every mount (persistent memory has no sparse holes).
+/// nvmfs image size for one workload: the fileset twice over, 512 MiB, and
+/// for webserver 256 MiB per second of trial for its ever-growing log
+/// (nvmfs appended 175 MiB/s to it in a quick run here). Smaller than the kernel
+/// devices because the image is preallocated and mapped with MAP_POPULATE
+/// at every mount (persistent memory has no sparse holes), which costs
+/// about a second per GiB on this machine.
 pub fn nvmfs_image_bytes(c: &PersonalityConfig, trial_seconds_total: f64) -> u64 {
     let fileset = c.files as u64 * c.mean_file_size_bytes;
-    let log = (trial_seconds_total.max(0.0) * 256.0) as u64 * (1 << 20);
-    (fileset * 2 + GIB + log).div_ceil(GIB) * GIB
+    let log = if c.log_fileset().is_some() {
+        (trial_seconds_total.max(0.0) * 256.0) as u64 * (1 << 20)
+    } else {
+        0
+    };
+    (fileset * 2 + GIB / 2 + log).div_ceil(GIB / 4) * (GIB / 4)
 }
 
 /// nvmfs first, then the kernel catalogue, then what this kernel lacks.
