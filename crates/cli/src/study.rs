@@ -166,11 +166,10 @@ fn config(args: &Args) -> Result<StudyConfig, String> {
     } else {
         Size::Default
     };
-    let env_now = Environment::capture(&args.shm_dir);
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("results").join(format!(
             "nvm-2015-{}",
-            study::env::utc_stamp(env_now.started_unix)
+            study::env::utc_stamp(study::env::unix_now())
         ))
     });
     let mut cfg = StudyConfig::for_size(size, out);

@@ -4,13 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use nvmfs::fsck::{check_image, repair_image, EXIT_CLEAN, EXIT_CORRECTED};
-use nvmfs::media::trace::PersistTrace;
 use nvmfs::testing::corrupt::{corpus, Case, MountExpect};
-use nvmfs::testing::{known_image, read_tree, Known};
+use nvmfs::testing::{known_image, read_tree, FenceShadow, Known};
 use nvmfs::{Fs, MountOptions};
 
 fn scratch_dir() -> tempfile::TempDir {
@@ -270,11 +268,7 @@ fn repair_of_crash_images_matches_mount_recovery() {
     use nvmfs::OpenOptions;
 
     let size = 4 << 20;
-    let shadow = Arc::new(Shadow {
-        bytes: Mutex::new(vec![0; size]),
-        images: Mutex::default(),
-        capture: AtomicBool::new(false),
-    });
+    let shadow = Arc::new(FenceShadow::new(size));
     let mut pm = Pm::in_memory(size as u64);
     pm.set_trace(Some(shadow.clone()));
     let fs = Fs::format_pm(pm).unwrap();
@@ -282,7 +276,7 @@ fn repair_of_crash_images_matches_mount_recovery() {
     fs.create_dir("/B").unwrap();
     fs.write_file("/foo", &[1u8; 5000]).unwrap();
     fs.write_file("/A/bar", b"bar").unwrap();
-    shadow.capture.store(true, Ordering::Relaxed);
+    shadow.set_capture(true);
     fs.write_file("/new", b"new file").unwrap();
     fs.create_dir("/A/C/D").unwrap();
     OpenOptions::new()
@@ -308,8 +302,8 @@ fn repair_of_crash_images_matches_mount_recovery() {
         .unwrap()
         .set_len(100)
         .unwrap();
-    shadow.capture.store(false, Ordering::Relaxed);
-    let images = std::mem::take(&mut *shadow.images.lock().unwrap());
+    shadow.set_capture(false);
+    let images = shadow.take_images();
     assert!(images.len() > 30, "{} images", images.len());
     for (k, img) in images.iter().enumerate() {
         let recovered = Fs::mount_pm(Pm::from_bytes(img), &MountOptions::default(), None, None)
@@ -333,29 +327,6 @@ fn repair_of_crash_images_matches_mount_recovery() {
     }
 }
 
-/// Keeps a copy of the region with every store applied and, while capturing, snapshots it at
-/// every fence: the image a power loss right after that fence leaves.
-struct Shadow {
-    bytes: Mutex<Vec<u8>>,
-    images: Mutex<Vec<Vec<u8>>>,
-    capture: AtomicBool,
-}
-impl PersistTrace for Shadow {
-    fn store(&self, off: u64, data: &[u8]) {
-        self.bytes.lock().unwrap()[off as usize..off as usize + data.len()].copy_from_slice(data);
-    }
-    fn store_nt(&self, off: u64, data: &[u8]) {
-        self.store(off, data);
-    }
-    fn flush(&self, _line: u64) {}
-    fn fence(&self) {
-        if self.capture.load(Ordering::Relaxed) {
-            let snap = self.bytes.lock().unwrap().clone();
-            self.images.lock().unwrap().push(snap);
-        }
-    }
-}
-
 /// A repair interrupted at any fence leaves an image that another repair finishes: it ends
 /// clean (exit 0 or 1), mounts and reads back.
 #[test]
@@ -367,17 +338,13 @@ fn interrupted_repair_is_finished_by_another() {
     for case in corpus().iter().filter(|c| c.repair == EXIT_CORRECTED) {
         let mut img = known.image.clone();
         (case.damage)(&known, &mut img);
-        let shadow = Arc::new(Shadow {
-            bytes: Mutex::new(vec![0; img.len()]),
-            images: Mutex::default(),
-            capture: AtomicBool::new(false),
-        });
+        let shadow = Arc::new(FenceShadow::new(img.len()));
         let mut pm = Pm::in_memory(img.len() as u64);
         pm.set_trace(Some(shadow.clone()));
         pm.write(0, &img);
-        shadow.capture.store(true, Ordering::Relaxed);
+        shadow.set_capture(true);
         assert_eq!(repair_pm(&pm).exit_code(), EXIT_CORRECTED, "{}", case.name);
-        let images = std::mem::take(&mut *shadow.images.lock().unwrap());
+        let images = shadow.take_images();
         assert!(!images.is_empty(), "{}: no fence", case.name);
         for (k, cut) in images.iter().enumerate() {
             // Mounting the half-repaired image may be refused, never a panic.

@@ -5,35 +5,12 @@
 //! (The full crash-image generator with in-flight subsets is the persistence tracer's job.)
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use nvmfs::fsck::check_pm;
-use nvmfs::media::trace::PersistTrace;
 use nvmfs::media::Pm;
+use nvmfs::testing::FenceShadow;
 use nvmfs::{FileType, Fs, MountOptions, OpenOptions, RenameFlags};
-
-struct Shadow {
-    bytes: Mutex<Vec<u8>>,
-    images: Mutex<Vec<Vec<u8>>>,
-    capture: AtomicBool,
-}
-
-impl PersistTrace for Shadow {
-    fn store(&self, off: u64, data: &[u8]) {
-        self.bytes.lock().unwrap()[off as usize..off as usize + data.len()].copy_from_slice(data);
-    }
-    fn store_nt(&self, off: u64, data: &[u8]) {
-        self.store(off, data);
-    }
-    fn flush(&self, _line: u64) {}
-    fn fence(&self) {
-        if self.capture.load(Ordering::Relaxed) {
-            let snap = self.bytes.lock().unwrap().clone();
-            self.images.lock().unwrap().push(snap);
-        }
-    }
-}
 
 /// Name -> (type, size, hash of content or link target, link count, blocks).
 type Tree = BTreeMap<String, (FileType, u64, u64, u32, u64)>;
@@ -208,23 +185,19 @@ fn every_fence_of_every_operation_recovers_to_before_or_after() {
     let size = 4 << 20;
     let mut checked = 0;
     for (name, setup, op) in ops() {
-        let shadow = Arc::new(Shadow {
-            bytes: Mutex::new(vec![0; size]),
-            images: Mutex::default(),
-            capture: AtomicBool::new(false),
-        });
+        let shadow = Arc::new(FenceShadow::new(size));
         let mut pm = Pm::in_memory(size as u64);
         pm.set_trace(Some(shadow.clone()));
         let fs = Fs::format_pm(pm).unwrap();
         populate(&fs);
         setup(&fs);
         let before = tree(&fs);
-        shadow.capture.store(true, Ordering::Relaxed);
+        shadow.set_capture(true);
         op(&fs);
-        shadow.capture.store(false, Ordering::Relaxed);
+        shadow.set_capture(false);
         let after = tree(&fs);
         assert_ne!(before, after, "{name} changed nothing");
-        let images = std::mem::take(&mut *shadow.images.lock().unwrap());
+        let images = shadow.take_images();
         assert!(!images.is_empty(), "{name}: no fence");
         for (k, img) in images.iter().enumerate() {
             let r = check_pm(&Pm::from_bytes(img));

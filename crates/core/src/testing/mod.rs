@@ -349,3 +349,49 @@ pub fn arm_lane(img: &mut [u8], geo: &Geometry, lane: u32, entries: &[(u64, Vec<
     img[off..off + head.len()].copy_from_slice(&head);
     img[off + head.len()..off + head.len() + payload.len()].copy_from_slice(&payload);
 }
+
+/// A persistence tracer that keeps a copy of the region with every store
+/// applied and, while capturing, snapshots it at every fence: the image a
+/// power loss right after that fence leaves.
+pub struct FenceShadow {
+    bytes: std::sync::Mutex<Vec<u8>>,
+    images: std::sync::Mutex<Vec<Vec<u8>>>,
+    capture: std::sync::atomic::AtomicBool,
+}
+
+impl FenceShadow {
+    /// A shadow of a zeroed region of `size` bytes, not capturing.
+    pub fn new(size: usize) -> Self {
+        FenceShadow {
+            bytes: std::sync::Mutex::new(vec![0; size]),
+            images: std::sync::Mutex::default(),
+            capture: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Starts or stops taking a snapshot at each fence.
+    pub fn set_capture(&self, on: bool) {
+        self.capture.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The snapshots taken so far, in fence order; the list starts empty again.
+    pub fn take_images(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut *self.images.lock().unwrap())
+    }
+}
+
+impl crate::media::trace::PersistTrace for FenceShadow {
+    fn store(&self, off: u64, data: &[u8]) {
+        self.bytes.lock().unwrap()[off as usize..off as usize + data.len()].copy_from_slice(data);
+    }
+    fn store_nt(&self, off: u64, data: &[u8]) {
+        self.store(off, data);
+    }
+    fn flush(&self, _line: u64) {}
+    fn fence(&self) {
+        if self.capture.load(std::sync::atomic::Ordering::Relaxed) {
+            let snap = self.bytes.lock().unwrap().clone();
+            self.images.lock().unwrap().push(snap);
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! file to pick.
 
 use super::fileset::{Fileset, PickKind, PickState};
-use super::personality::{Flowop, Op, OpKind, SetId, FD_SLOTS};
+use super::personality::{Flowop, Op, SetId, FD_SLOTS};
 use super::stats::{FlowopStats, ThreadStats};
 use crate::targets::api::{MicroFile, MicroFs};
 use std::io;
@@ -58,13 +58,19 @@ pub struct Tick {
     pub ops_per_sec: f64,
 }
 
+/// A thread's op counter on a cache line of its own, so that counting is
+/// not a shared write on every op (the controller only reads them).
+#[repr(align(128))]
+#[derive(Default)]
+struct OpCounter(AtomicU64);
+
 /// State shared by the threads of one trial.
 struct Shared<'a, N> {
     main: &'a SetState<N>,
     log: Option<&'a SetState<N>>,
     flowops: &'a [Flowop],
     phase: AtomicU8,
-    ops: AtomicU64,
+    ops: Vec<OpCounter>,
     stopped_early: Mutex<Option<String>>,
     failed: Mutex<Option<io::Error>>,
     any_stop: AtomicBool,
@@ -76,6 +82,11 @@ impl<N> Shared<'_, N> {
             SetId::Main => self.main,
             SetId::Log => self.log.unwrap_or(self.main),
         }
+    }
+
+    /// Flowops done so far by all threads.
+    fn ops_total(&self) -> u64 {
+        self.ops.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
     }
 
     fn stop_early(&self, why: String) {
@@ -133,7 +144,7 @@ where
         log,
         flowops,
         phase: AtomicU8::new(WARMUP),
-        ops: AtomicU64::new(0),
+        ops: (0..threads).map(|_| OpCounter::default()).collect(),
         stopped_early: Mutex::new(None),
         failed: Mutex::new(None),
         any_stop: AtomicBool::new(false),
@@ -142,7 +153,7 @@ where
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let shared = &shared;
-                s.spawn(move || thread_main(fs, shared, seed ^ (t as u64).wrapping_mul(0x9E37)))
+                s.spawn(move || thread_main(fs, shared, t, seed ^ (t as u64).wrapping_mul(0x9E37)))
             })
             .collect();
         let (seconds, cpu) = control(&shared, limits, interrupted, tick);
@@ -186,7 +197,7 @@ fn control<N>(
     let mut last = (start, 0u64);
     let mut report = |measuring: bool, since: Instant, last: &mut (Instant, u64)| {
         let now = Instant::now();
-        let ops = shared.ops.load(Ordering::Relaxed);
+        let ops = shared.ops_total();
         let dt = (now - last.0).as_secs_f64();
         if dt >= 0.2 {
             let rate = (ops - last.1) as f64 / dt;
@@ -205,11 +216,11 @@ fn control<N>(
     }
     let cpu0 = CpuSample::now();
     let t0 = Instant::now();
-    let ops0 = shared.ops.load(Ordering::Relaxed);
+    let ops0 = shared.ops_total();
     shared.phase.store(MEASURE, Ordering::SeqCst);
     loop {
         let elapsed = t0.elapsed();
-        let done_ops = shared.ops.load(Ordering::Relaxed) - ops0;
+        let done_ops = shared.ops_total() - ops0;
         if elapsed >= limits.run || limits.ops_max.is_some_and(|m| done_ops >= m) || stop_now() {
             break;
         }
@@ -226,7 +237,7 @@ fn control<N>(
 }
 
 /// One worker: loops over the flowops until told to stop.
-fn thread_main<F>(fs: &F, shared: &Shared<'_, F::Name>, seed: u64) -> ThreadStats
+fn thread_main<F>(fs: &F, shared: &Shared<'_, F::Name>, index: usize, seed: u64) -> ThreadStats
 where
     F: MicroFs,
 {
@@ -248,7 +259,8 @@ where
             match w.run(flowop) {
                 Ok(Some(bytes)) => {
                     let ns = t0.elapsed().as_nanos() as u64;
-                    shared.ops.fetch_add(1, Ordering::Relaxed);
+                    let counter = &shared.ops[index].0;
+                    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                     if phase == MEASURE {
                         w.stats.record(i, ns, bytes);
                     }
@@ -538,9 +550,4 @@ fn proc_stat_busy_total() -> Option<(u64, u64)> {
     let total: u64 = v.iter().take(8).sum();
     let idle = v[3] + v[4];
     Some((total - idle, total))
-}
-
-/// For the IO summary: is this flowop a read or a write.
-pub fn kind_of(flowop: &Flowop) -> OpKind {
-    flowop.op.kind()
 }

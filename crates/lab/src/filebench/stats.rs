@@ -2,13 +2,9 @@
 //! bytes and latency per flowop, with HDR histograms for percentiles.
 
 use super::personality::{Flowop, OpKind};
+use crate::micro::measure::new_histogram;
 use hdrhistogram::Histogram;
 use serde::Serialize;
-
-/// 1 ns .. 1 h at 3 significant digits.
-fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
-}
 
 /// One thread's counters, indexed like the flowop list.
 pub struct ThreadStats {
@@ -59,7 +55,9 @@ impl Latency {
     }
 }
 
-/// One flowop's totals over all threads of a trial.
+/// One flowop's totals over all threads of a trial. Only the percentiles
+/// are kept: a full histogram is a few hundred KiB, times flowops, trials
+/// and every run of a study.
 #[derive(Debug, Clone, Serialize)]
 pub struct FlowopStats {
     pub name: String,
@@ -67,8 +65,6 @@ pub struct FlowopStats {
     pub ops: u64,
     pub bytes: u64,
     pub latency_ns: Latency,
-    #[serde(skip)]
-    pub histogram: Option<Histogram<u64>>,
 }
 
 impl FlowopStats {
@@ -94,7 +90,6 @@ impl FlowopStats {
                 ops,
                 bytes,
                 latency_ns: Latency::of(&hist),
-                histogram: Some(hist),
             })
             .collect()
     }

@@ -9,7 +9,7 @@
 //! nvmfs library in-process.
 
 mod data;
-mod measure;
+pub(crate) mod measure;
 mod meta;
 mod reference;
 mod report;

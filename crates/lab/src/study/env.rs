@@ -69,11 +69,16 @@ fn fs_type_of(dir: &Path) -> String {
         .map_or_else(|| "unknown".into(), |(_, ty)| ty)
 }
 
+/// Seconds since the Unix epoch, now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 impl Environment {
     pub fn capture(shm_dir: &Path) -> Self {
-        let started_unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let started_unix = unix_now();
         Environment {
             kernel_release: read_trim("/proc/sys/kernel/osrelease"),
             cpu_model: cpu_model(),

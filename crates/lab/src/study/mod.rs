@@ -211,10 +211,7 @@ fn run_cell(
             Some(why) => CellStatus::StoppedEarly(why.clone()),
             None => CellStatus::Ok,
         },
-        Err(e) if interrupted() => {
-            let _ = e;
-            CellStatus::Interrupted
-        }
+        Err(_) if interrupted() => CellStatus::Interrupted,
         Err(e) => CellStatus::Failed(e.to_string()),
     };
     Cell {

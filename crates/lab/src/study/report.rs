@@ -139,7 +139,6 @@ pub fn write_all(result: &StudyResult, env: &Environment) -> io::Result<Written>
         rows,
         findings: checks,
     };
-    let json = |v: &dyn erased::Json| v.to_json();
     put(&mut w, "config.json", json(&result.config))?;
     put(&mut w, "environment.json", json(env))?;
     for c in &result.cells {
@@ -179,16 +178,8 @@ fn put(w: &mut Written, name: &str, text: String) -> io::Result<()> {
     Ok(())
 }
 
-/// A tiny object-safe wrapper so `write_all` can serialise mixed types.
-mod erased {
-    pub trait Json {
-        fn to_json(&self) -> String;
-    }
-    impl<T: serde::Serialize> Json for T {
-        fn to_json(&self) -> String {
-            serde_json::to_string_pretty(self).expect("serialisable") + "\n"
-        }
-    }
+fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).expect("serialisable") + "\n"
 }
 
 fn opt(v: Option<f64>) -> String {
