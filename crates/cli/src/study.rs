@@ -55,6 +55,9 @@ pub struct Args {
     /// Measured seconds per trial
     #[arg(long, value_name = "S")]
     seconds: Option<f64>,
+    /// Also end each trial after N flowops (all threads together), whichever comes first
+    #[arg(long, value_name = "N")]
+    ops: Option<u64>,
     /// Warm-up seconds per trial (not recorded)
     #[arg(long, value_name = "S")]
     warmup: Option<f64>,
@@ -182,6 +185,12 @@ fn config(args: &Args) -> Result<StudyConfig, String> {
     }
     if let Some(s) = args.seconds {
         cfg.run_seconds = s;
+    }
+    if let Some(n) = args.ops {
+        if n == 0 {
+            return Err("--ops must be at least 1".into());
+        }
+        cfg.ops_max = Some(n);
     }
     if let Some(s) = args.warmup {
         cfg.warmup_seconds = s;

@@ -30,6 +30,8 @@ pub struct StudyConfig {
     pub trials: usize,
     pub warmup_seconds: f64,
     pub run_seconds: f64,
+    /// Also end a trial after this many flowops (all threads together).
+    pub ops_max: Option<u64>,
     /// Target names to run (nvmfs, kernel variant names); empty = all available.
     pub only_targets: Vec<String>,
     /// Workload ids to run; empty = all.
@@ -56,6 +58,7 @@ impl StudyConfig {
             trials,
             warmup_seconds: warmup,
             run_seconds: run,
+            ops_max: None,
             only_targets: Vec::new(),
             only_workloads: Vec::new(),
             shm_dir: PathBuf::from("/dev/shm"),
@@ -184,13 +187,12 @@ fn run_cell(
         trials: cfg.trials,
         warmup_seconds: cfg.warmup_seconds,
         run_seconds: cfg.run_seconds,
-        ops_max: None,
+        ops_max: cfg.ops_max,
         seed: cfg.seed,
     };
     let mut provision = None;
-    let trial_total = cfg.trials as f64 * (cfg.warmup_seconds + cfg.run_seconds);
-    let outcome = StudyTarget::create(t, &cfg.shm_dir, device_bytes, &w.config, trial_total)
-        .and_then(|mut target| {
+    let outcome =
+        StudyTarget::create(t, &cfg.shm_dir, device_bytes, &run_cfg).and_then(|mut target| {
             provision = Some(target.describe());
             let mut on_progress = |p: Progress<'_>| match p {
                 Progress::Setup(msg) => progress.note(msg),

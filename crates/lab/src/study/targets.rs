@@ -2,7 +2,7 @@
 //! Table III this machine can provision on a RAM-backed loop device.
 
 use super::nvm2015::StudyWorkload;
-use crate::filebench::{self, LabTarget, PersonalityConfig, Progress, RunConfig, RunResult};
+use crate::filebench::{self, LabTarget, Progress, RunConfig, RunResult};
 use crate::kernel::{self, Availability, Provisioned};
 use crate::targets::nvmfs::NvmfsTarget;
 use crate::targets::sys::SysFs;
@@ -40,15 +40,24 @@ pub fn device_size_bytes(workloads: &[StudyWorkload]) -> u64 {
 }
 
 /// nvmfs image size for one workload: the fileset twice over, 512 MiB, and
-/// for webserver 256 MiB per second of trial for its ever-growing log
-/// (nvmfs appended 175 MiB/s to it in a quick run here). Smaller than the kernel
+/// for webserver room for its ever-growing log: 256 MiB per second of trial
+/// (nvmfs appended 175 MiB/s to it in a quick run here), or, when trials
+/// end after an op count, one full append per op if that is less. Smaller than the kernel
 /// devices because the image is preallocated and mapped with MAP_POPULATE
 /// at every mount (persistent memory has no sparse holes), which costs
 /// about a second per GiB on this machine.
-pub fn nvmfs_image_bytes(c: &PersonalityConfig, trial_seconds_total: f64) -> u64 {
+pub fn nvmfs_image_bytes(run: &RunConfig) -> u64 {
+    let c = &run.personality;
     let fileset = c.files as u64 * c.mean_file_size_bytes;
     let log = if c.log_fileset().is_some() {
-        (trial_seconds_total.max(0.0) * 256.0) as u64 * (1 << 20)
+        let seconds = run.trials as f64 * (run.warmup_seconds + run.run_seconds);
+        let by_time = (seconds.max(0.0) * 256.0) as u64 * (1 << 20);
+        let by_ops = run.ops_max.map_or(u64::MAX, |n| {
+            // Warm-up ops are not bounded by the count: allow a second's worth.
+            let warmup = (run.warmup_seconds * 256.0) as u64 * (1 << 20);
+            run.trials as u64 * (n * c.append_size_bytes + warmup)
+        });
+        by_time.min(by_ops)
     } else {
         0
     };
@@ -145,14 +154,14 @@ impl StudyTarget {
         t: &TargetEntry,
         shm_dir: &Path,
         device_bytes: u64,
-        workload: &PersonalityConfig,
-        trial_seconds_total: f64,
+        run: &RunConfig,
     ) -> io::Result<StudyTarget> {
         match &t.variant {
             None => {
                 let image = shm_dir.join(format!("nvmfs-study-{}.img", std::process::id()));
-                let inodes = ((workload.files as u64 * 2 + 4096) * 3 / 2).next_power_of_two();
-                let size = nvmfs_image_bytes(workload, trial_seconds_total);
+                let files = run.personality.files as u64;
+                let inodes = ((files * 2 + 4096) * 3 / 2).next_power_of_two();
+                let size = nvmfs_image_bytes(run);
                 Ok(StudyTarget::Nvmfs(NvmfsTarget::create(
                     image, size, inodes,
                 )?))

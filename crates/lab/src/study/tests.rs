@@ -26,7 +26,9 @@ fn tiny_config(out: PathBuf, targets: &[&str], workloads: &[&str]) -> StudyConfi
     let mut cfg = StudyConfig::for_size(Size::Quick, out);
     cfg.trials = 2;
     cfg.warmup_seconds = 0.05;
-    cfg.run_seconds = 0.2;
+    // Bounded by operations so that a loaded machine still measures some.
+    cfg.run_seconds = 60.0;
+    cfg.ops_max = Some(2_000);
     cfg.only_targets = targets.iter().map(|s| s.to_string()).collect();
     cfg.only_workloads = workloads.iter().map(|s| s.to_string()).collect();
     cfg
@@ -113,6 +115,7 @@ fn a_failing_workload_is_reported_and_cleaned_up() {
     let out = tempfile::tempdir().unwrap();
     let mut cfg = tiny_config(out.path().join("r"), &["ext4"], &["fileserver"]);
     cfg.run_seconds = 2.0;
+    cfg.ops_max = None;
     let mut w = nvm2015::workloads(Size::Quick).remove(0);
     w.config.mean_file_size_bytes = 64 << 20;
     w.config.files = 40;
