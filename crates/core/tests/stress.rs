@@ -124,3 +124,106 @@ fn parallel_writers_of_one_file_and_readers() {
     assert_eq!(fs.metadata("/big").unwrap().len(), 1 << 20);
     assert_fsck_clean(&fs);
 }
+
+/// Readers look up, open and read files in one directory while writers link fully written
+/// files into it, unlink them, and create and remove empty files and subdirectories there.
+/// Lookups run next to the writers' transactions (they share the directory's index lock), so
+/// this checks that a lookup never returns a half-made or freed file: every file opened by
+/// name has exactly the content of that name, also when it is unlinked while open, and a
+/// lookup below a subdirectory being removed gives ENOENT, never another error.
+#[test]
+fn lookups_race_creates_and_unlinks_in_one_directory() {
+    const NAMES: usize = 24;
+    const WRITERS: usize = 2;
+    const READERS: usize = 3;
+    let fs = mem_fs(128, 4096);
+    fs.create_dir("/flat").unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opened = Arc::new(AtomicU64::new(0));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                fs.create_dir(format!("/w{w}")).unwrap();
+                for i in 0..600usize {
+                    let k = (i * 7 + w * 5) % NAMES;
+                    let staged = format!("/w{w}/d{k}");
+                    fs.write_file(&staged, &content(0, k)).unwrap();
+                    // link() and unlink() race the other writer on the same names.
+                    let _ = fs.hard_link(&staged, format!("/flat/d{k}"));
+                    fs.remove_file(&staged).unwrap();
+                    let _ = fs.remove_file(format!("/flat/d{}", (k + 11) % NAMES));
+                    let _ = OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&fs, format!("/flat/e{k}"));
+                    let _ = fs.remove_file(format!("/flat/e{}", (k + 3) % NAMES));
+                    match i % 3 {
+                        0 => drop(fs.create_dir(format!("/flat/s{k}"))),
+                        1 => drop(fs.write_file(format!("/flat/s{k}/x"), b"x")),
+                        _ => {
+                            let _ = fs.remove_file(format!("/flat/s{k}/x"));
+                            let _ = fs.remove_dir(format!("/flat/s{k}"));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..READERS)
+        .map(|r| {
+            let (fs, stop, opened) = (fs.clone(), stop.clone(), opened.clone());
+            std::thread::spawn(move || {
+                let mut i = r;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = i % NAMES;
+                    i += 1;
+                    if let Ok(f) = OpenOptions::new()
+                        .read(true)
+                        .open(&fs, format!("/flat/d{k}"))
+                    {
+                        // Give a writer the chance to unlink it while it is open.
+                        std::thread::yield_now();
+                        let want = content(0, k);
+                        let mut buf = vec![0u8; want.len() + 1];
+                        let n = f.read_at(&mut buf, 0).unwrap();
+                        assert_eq!(&buf[..n], &want[..], "/flat/d{k}");
+                        opened.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if let Ok(m) = fs.metadata(format!("/flat/e{k}")) {
+                        assert_eq!(m.len(), 0, "/flat/e{k}");
+                    }
+                    match fs.read_file(format!("/flat/s{k}/x")) {
+                        Ok(x) => assert_eq!(x, b"x"),
+                        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}"),
+                    }
+                    if i % 64 == 0 {
+                        for e in fs.read_dir("/flat").unwrap() {
+                            let n = e.file_name().to_string_lossy().into_owned();
+                            assert!(n.starts_with(['d', 'e', 's']), "{n:?} in /flat");
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in writers {
+        h.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for h in readers {
+        h.join().unwrap();
+    }
+    assert!(
+        opened.load(Ordering::Relaxed) > 0,
+        "no file was ever opened"
+    );
+    for k in 0..NAMES {
+        if let Ok(d) = fs.read_file(format!("/flat/d{k}")) {
+            assert_eq!(d, content(0, k));
+        }
+    }
+    assert_fsck_clean(&fs);
+    let after = crash_remount(&fs);
+    assert_fsck_clean(&after);
+}

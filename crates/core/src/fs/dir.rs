@@ -306,58 +306,80 @@ fn name_matches(pm: &Pm, off: u64, h: &Header, name: &[u8]) -> bool {
 
 /// A directory's DRAM state: the index (built on first use) and the inode generation it
 /// belongs to, so a stale handle on a removed-and-reused inode is noticed.
+///
+/// Two locks, so that lookups do not wait for another thread's journal transaction:
+/// `modify` serialises the operations that change the directory's entries (create, link,
+/// remove, rename) for their whole length, while `index` is taken exclusively only for the
+/// moments a committed change is applied to the DRAM index (and to build it). A modifier
+/// plans and commits under a shared `index` lock, next to concurrent lookups; since it
+/// holds `modify`, nobody else changes the index in between.
 pub struct DirState {
     pub generation: u32,
+    pub modify: Mutex<()>,
     pub index: RwLock<Option<DirIndex>>,
+}
+
+impl DirState {
+    fn new(generation: u32) -> Arc<Self> {
+        Arc::new(DirState {
+            generation,
+            modify: Mutex::new(()),
+            index: RwLock::new(None),
+        })
+    }
 }
 
 const SHARDS: usize = 64;
 
 /// Directory states by inode number, sharded so lookups in different directories do not
-/// meet on one lock.
+/// meet on one lock; a shard is read-locked by lookups and write-locked only to add or drop
+/// a directory, so lookups in one busy directory share it.
 pub struct DirCache {
-    shards: Vec<Mutex<hashbrown::HashMap<u32, Arc<DirState>>>>,
+    shards: Vec<RwLock<hashbrown::HashMap<u32, Arc<DirState>>>>,
 }
 
 impl Default for DirCache {
     fn default() -> Self {
         DirCache {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(hashbrown::HashMap::new()))
+                .map(|_| RwLock::new(hashbrown::HashMap::new()))
                 .collect(),
         }
     }
 }
 
 impl DirCache {
+    /// The cached state of directory `ino`, if any. It may be stale: the caller checks its
+    /// generation against the inode.
+    pub fn peek(&self, ino: u32) -> Option<Arc<DirState>> {
+        self.shards[ino as usize % SHARDS].read().get(&ino).cloned()
+    }
+
     /// The state of directory `ino` with inode generation `generation`, created if absent or
     /// stale.
     pub fn get(&self, ino: u32, generation: u32) -> Arc<DirState> {
-        let mut shard = self.shards[ino as usize % SHARDS].lock();
-        let e = shard.entry(ino).or_insert_with(|| {
-            Arc::new(DirState {
-                generation,
-                index: RwLock::new(None),
-            })
-        });
+        if let Some(ds) = self.peek(ino).filter(|d| d.generation == generation) {
+            return ds;
+        }
+        let mut shard = self.shards[ino as usize % SHARDS].write();
+        let e = shard
+            .entry(ino)
+            .or_insert_with(|| DirState::new(generation));
         if e.generation != generation {
-            *e = Arc::new(DirState {
-                generation,
-                index: RwLock::new(None),
-            });
+            *e = DirState::new(generation);
         }
         e.clone()
     }
 
     pub fn remove(&self, ino: u32) {
-        self.shards[ino as usize % SHARDS].lock().remove(&ino);
+        self.shards[ino as usize % SHARDS].write().remove(&ino);
     }
 
     /// Bytes of DRAM held by the indexes (approximate), for `info`.
     pub fn dram_bytes(&self) -> u64 {
         let mut total = 0u64;
         for s in &self.shards {
-            for d in s.lock().values() {
+            for d in s.read().values() {
                 total += 64;
                 if let Some(idx) = d.index.read().as_ref() {
                     total += idx.table.capacity() as u64 * 9 + idx.blocks.capacity() as u64 * 8;

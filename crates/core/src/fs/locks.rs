@@ -2,8 +2,10 @@
 //!
 //! Inode fields and file data are guarded by one of many reader-writer locks picked by inode
 //! number: DRAM stays constant however many files exist, and operations on different files
-//! rarely meet. Lock order: directory index locks (by inode number), then stripes (by stripe
-//! number, each once), then a journal lane.
+//! rarely meet. Lock order: the rename lock, then directory modify locks (by inode number),
+//! then directory index locks (by inode number), then stripes (by stripe number, each once),
+//! then a journal lane. A directory modifier releases its stripes before it takes its index
+//! lock exclusively to apply a committed change (see `DirState`).
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 

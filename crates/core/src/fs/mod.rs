@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLockReadGuard, RwLockUpgradableReadGuard, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLockReadGuard, RwLockWriteGuard};
 
 pub use mount::{FormatOptions, MountOptions, RecoveryReport};
 pub use ops::{DirEntry, RenameFlags, SetAttr, SetTime, Statfs};
@@ -22,7 +22,7 @@ pub use path::{File, OpenOptions};
 
 use crate::alloc::InodeAlloc;
 use crate::journal::{Journal, Tx};
-use crate::layout::inode::{FileType, Inode, INODE_SIZE};
+use crate::layout::inode::{FileType, Inode, INODE_SIZE, O_GENERATION, O_MODE, O_NLINK};
 use crate::layout::superblock::{Geometry, Superblock};
 use crate::mapping::FileMap;
 use crate::media::Pm;
@@ -203,18 +203,51 @@ impl Inner {
         Ok((self.dirs.get(ino, inode.generation), inode))
     }
 
+    /// The DRAM state of live directory `ino`, for operations that do not need its inode.
+    ///
+    /// A cached state is checked against the inode with two single-word loads (type and link
+    /// count, generation) instead of reading the record under its stripe lock: every create
+    /// or remove in a directory holds the directory inode's stripe for its transaction, and
+    /// lookups in a busy directory would queue behind it. The words are safe to read
+    /// unlocked: a live directory's type and generation do not change, freeing the record is
+    /// one atomic store of the first word, and a count caught mid-update only sends the call
+    /// to the locked path.
+    pub fn dir(&self, ino: u32) -> io::Result<Arc<DirState>> {
+        if let Some(ds) = self.dirs.peek(ino) {
+            if ino != 0 && (ino as u64) < self.geo.inode_count {
+                let off = self.geo.inode_off(ino as u64);
+                // mode and nlink share the record's first word (FORMAT.md).
+                const _: () = assert!(O_MODE == 0 && O_NLINK == 4 && O_GENERATION.is_multiple_of(8));
+                let first = self.pm.load_u64(off);
+                let (mode, nlink) = (first as u32, (first >> 32) as u32);
+                let generation = self.pm.load_u64(off + O_GENERATION as u64) as u32;
+                if mode & libc::S_IFMT == libc::S_IFDIR && nlink > 0 && generation == ds.generation
+                {
+                    return Ok(ds);
+                }
+            }
+        }
+        self.dir_state(ino).map(|(ds, _)| ds)
+    }
+
     /// Read access to a directory's index, building it on first use.
     pub fn index_read<'a>(
         &self,
         ino: u32,
         ds: &'a DirState,
     ) -> io::Result<RwLockReadGuard<'a, Option<DirIndex>>> {
-        let g = ds.index.upgradable_read();
+        // A plain shared lock first: an upgradable read would admit one lookup at a time
+        // (parking_lot allows a single upgradable holder), serialising every lookup in a
+        // busy directory. Only the first use takes the lock exclusively to build the index.
+        let g = ds.index.read();
         if g.is_some() {
-            return Ok(RwLockUpgradableReadGuard::downgrade(g));
+            return Ok(g);
         }
-        let mut w = RwLockUpgradableReadGuard::upgrade(g);
-        self.load_index(ino, ds, &mut w)?;
+        drop(g);
+        let mut w = ds.index.write();
+        if w.is_none() {
+            self.load_index(ino, ds, &mut w)?;
+        }
         Ok(RwLockWriteGuard::downgrade(w))
     }
 

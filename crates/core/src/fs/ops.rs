@@ -181,9 +181,10 @@ impl Inner {
     ) -> io::Result<(u32, Inode)> {
         self.check_writable()?;
         Self::check_name(name)?;
-        let (ds, _) = self.dir_state(parent)?;
-        let mut g = self.index_write(parent, &ds)?;
-        let idx = g.as_mut().expect("index loaded");
+        let ds = self.dir(parent)?;
+        let _modify = ds.modify.lock();
+        let g = self.index_read(parent, &ds)?;
+        let idx = g.as_ref().expect("index loaded");
         let h = self.name_hash(name);
         if idx.find(&self.pm, &self.geo, name, h).is_some() {
             return Err(errno(libc::EEXIST));
@@ -266,6 +267,10 @@ impl Inner {
         }
         st.write(self, &mut tx);
         tx.commit();
+        drop(_locks);
+        drop(g);
+        let mut g = self.index_write(parent, &ds)?;
+        let idx = g.as_mut().expect("index loaded");
         idx.apply_insert(&ins.plan, h, ins.claim.map(|c| c.pblk));
         if open {
             self.open.acquire(ino);
@@ -281,9 +286,10 @@ impl Inner {
             b".." => return Err(errno(if dir { libc::ENOTEMPTY } else { libc::EISDIR })),
             _ => Self::check_name(name)?,
         }
-        let (ds, _) = self.dir_state(parent)?;
-        let mut g = self.index_write(parent, &ds)?;
-        let idx = g.as_mut().expect("index loaded");
+        let ds = self.dir(parent)?;
+        let _modify = ds.modify.lock();
+        let g = self.index_read(parent, &ds)?;
+        let idx = g.as_ref().expect("index loaded");
         let h = self.name_hash(name);
         let f = idx
             .find(&self.pm, &self.geo, name, h)
@@ -318,11 +324,24 @@ impl Inner {
         let last = c.nlink == 0;
         st.write(self, &mut tx);
         tx.commit();
-        idx.apply_remove(f.unit, f.header.units as u32, h);
-        if dir {
-            self.dirs.remove(child);
-        }
-        if last && !self.open.mark_unlinked(child) {
+        drop(_locks);
+        drop(g);
+        let free = {
+            let mut g = self.index_write(parent, &ds)?;
+            g.as_mut()
+                .expect("index loaded")
+                .apply_remove(f.unit, f.header.units as u32, h);
+            if dir {
+                self.dirs.remove(child);
+            }
+            // Under the exclusive index lock: a lookup that found the entry has taken its
+            // open reference by now, and none can find it any more.
+            last && !self.open.mark_unlinked(child)
+        };
+        // Freeing the blocks needs no directory lock: the child is unreachable, and its
+        // number is not reused before free_inode returns it.
+        if free {
+            let _child = self.stripes.write(child);
             self.free_inode(child)?;
         }
         Ok(())
@@ -393,13 +412,16 @@ impl Fs {
     pub fn lookup_ino(&self, parent: u64, name: &[u8]) -> io::Result<(u64, FileType)> {
         let inner = &self.inner;
         let parent = to_ino(parent)?;
-        let (ds, pinode) = inner.dir_state(parent)?;
         match name {
-            b"." => return Ok((parent as u64, FileType::Dir)),
-            b".." => return Ok((pinode.parent as u64, FileType::Dir)),
+            b"." => return inner.dir(parent).map(|_| (parent as u64, FileType::Dir)),
+            b".." => {
+                let (_, pinode) = inner.dir_state(parent)?;
+                return Ok((pinode.parent as u64, FileType::Dir));
+            }
             _ if name.len() > dentry::NAME_MAX => return Err(errno(libc::ENAMETOOLONG)),
             _ => {}
         }
+        let ds = inner.dir(parent)?;
         let g = inner.index_read(parent, &ds)?;
         let idx = g.as_ref().expect("index loaded");
         let f = idx
@@ -545,9 +567,10 @@ impl Fs {
         inner.check_writable()?;
         Inner::check_name(newname)?;
         let (ino, parent) = (to_ino(ino)?, to_ino(newparent)?);
-        let (ds, _) = inner.dir_state(parent)?;
-        let mut g = inner.index_write(parent, &ds)?;
-        let idx = g.as_mut().expect("index loaded");
+        let ds = inner.dir(parent)?;
+        let _modify = ds.modify.lock();
+        let g = inner.index_read(parent, &ds)?;
+        let idx = g.as_ref().expect("index loaded");
         let h = inner.name_hash(newname);
         if idx.find(&inner.pm, &inner.geo, newname, h).is_some() {
             return Err(errno(libc::EEXIST));
@@ -596,7 +619,13 @@ impl Fs {
         p.blocks = p.blocks.saturating_add(ins.claim.is_some() as u64);
         st.write(inner, &mut tx);
         tx.commit();
-        idx.apply_insert(&ins.plan, h, ins.claim.map(|c| c.pblk));
+        drop(_locks);
+        drop(g);
+        inner
+            .index_write(parent, &ds)?
+            .as_mut()
+            .expect("index loaded")
+            .apply_insert(&ins.plan, h, ins.claim.map(|c| c.pblk));
         Ok(Metadata::from_inode(ino, st.get(ino)))
     }
 

@@ -282,7 +282,7 @@ impl Fs {
     fn lookup_and_open(&self, parent: u64, name: &[u8]) -> io::Result<(u64, FileType)> {
         let inner = &self.inner;
         let p = to_ino(parent)?;
-        let (ds, _) = inner.dir_state(p)?;
+        let ds = inner.dir(p)?;
         let g = inner.index_read(p, &ds)?;
         let idx = g.as_ref().expect("index loaded");
         let f = idx

@@ -38,9 +38,15 @@ pub(crate) fn rename(
     let cross = sp != dp;
     // Moves between directories are serialised so the loop check sees a stable tree.
     let _rename_guard = cross.then(|| inner.rename_lock.lock());
-    let (sds, _) = inner.dir_state(sp)?;
-    let (dds, _) = inner.dir_state(dp)?;
-    // Index locks are taken in inode order.
+    let sds = inner.dir(sp)?;
+    let dds = inner.dir(dp)?;
+    // Both directories' modify locks, then their index locks, in inode order.
+    let _modify = if sp <= dp {
+        (sds.modify.lock(), cross.then(|| dds.modify.lock()))
+    } else {
+        let d = dds.modify.lock();
+        (sds.modify.lock(), Some(d))
+    };
     let (mut first, mut second) = if sp <= dp {
         (
             inner.index_write(sp, &sds)?,
