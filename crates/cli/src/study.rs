@@ -13,11 +13,13 @@ use nvmfs_lab::study::{self, env::Environment, nvm2015::Size, Cell, CellStatus, 
     long_about = "Reproduce a source study in one command.\n\n\
         nvm-2015 runs the Filebench part of \"An Empirical Study of File Systems on NVM\" \
         (MSST 2015, Figs. 2-4): fileserver, webproxy at directory depths 0.7, 2.1 and 3.4, and \
-        webserver with the paper's Table I parameters (plus varmail), on nvmfs in-process and on \
-        every kernel variant of the paper's Table III that this machine can provision (ext2, \
-        ext3 ordered/writeback/journal, ext4 default/nodelalloc, XFS default/high AG count, \
-        btrfs, tmpfs) on a RAM-backed loop device. Kernel targets need root; without it they are \
-        skipped with a message and nvmfs still runs.\n\n\
+        webserver with the paper's Table I parameters (plus varmail), on nvmfs in-process, on \
+        nvmfs through FUSE (fuse:nvmfs) and on every kernel variant of the paper's Table III \
+        that this machine can provision (ext2, ext3 ordered/writeback/journal, ext4 \
+        default/nodelalloc, XFS default/high AG count, btrfs, tmpfs) on a RAM-backed loop \
+        device. Kernel targets need root; without it they are skipped with a message and nvmfs \
+        still runs. --target dir:PATH adds any mounted directory (a fresh subdirectory of it, \
+        not remounted between trials).\n\n\
         Run rules: fresh mkfs per workload, remount before every trial, warm-up excluded, the \
         first trial discarded, mean and 95% Student-t interval of the rest. The results \
         directory gets config.json, environment.json, raw/*.json, trials.csv, results.json, \
@@ -26,6 +28,7 @@ use nvmfs_lab::study::{self, env::Environment, nvm2015::Size, Cell, CellStatus, 
         Ctrl-C tears down at once and exits 130).",
     after_help = "Examples:\n  nvmfs study nvm-2015 --quick\n  \
         nvmfs study nvm-2015 --quick --target nvmfs --target ext4 --workload fileserver\n  \
+        nvmfs study nvm-2015 --quick --target nvmfs --target fuse:nvmfs --target dir:/mnt/pmem\n  \
         nvmfs study nvm-2015 --full --out results/full"
 )]
 pub struct Args {
@@ -41,8 +44,9 @@ pub struct Args {
     /// Results directory [default: results/nvm-2015-<UTC time>]
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Only these targets (repeat): nvmfs, ext2, ext3, ext3-writeback, ext3-journal, ext4,
-    /// ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs [default: all available]
+    /// Only these targets (repeat): nvmfs, fuse:nvmfs, ext2, ext3, ext3-writeback,
+    /// ext3-journal, ext4, ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs, or dir:PATH (a fresh
+    /// subdirectory of a mounted directory) [default: all available except dir:]
     #[arg(short, long = "target", value_name = "T")]
     targets: Vec<String>,
     /// Only these workloads (repeat): fileserver, webproxy-d0.7, webproxy-d2.1,

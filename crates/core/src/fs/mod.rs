@@ -217,7 +217,8 @@ impl Inner {
             if ino != 0 && (ino as u64) < self.geo.inode_count {
                 let off = self.geo.inode_off(ino as u64);
                 // mode and nlink share the record's first word (FORMAT.md).
-                const _: () = assert!(O_MODE == 0 && O_NLINK == 4 && O_GENERATION.is_multiple_of(8));
+                const _: () =
+                    assert!(O_MODE == 0 && O_NLINK == 4 && O_GENERATION.is_multiple_of(8));
                 let first = self.pm.load_u64(off);
                 let (mode, nlink) = (first as u32, (first >> 32) as u32);
                 let generation = self.pm.load_u64(off + O_GENERATION as u64) as u32;

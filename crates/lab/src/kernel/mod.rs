@@ -32,8 +32,12 @@ mod variant;
 mod tests;
 
 pub use cleanup::{install_interrupt_handler, interrupted, live_resources, INTERRUPT_EXIT_STATUS};
+// For targets that mount without a loop device (FUSE): their mounts join the
+// same registry, so Ctrl-C and the leftover checks cover them too.
+pub(crate) use cleanup::{register, unregister};
 pub use probe::{availability, unavailable_variants, Availability};
 pub use provision::{ProvisionInfo, Provisioned};
+pub(crate) use resource::Resource;
 pub use variant::{catalogue, xfs_high_agcount, Variant, PAPER_XFS_AGCOUNT, XFS_MIN_AG_BYTES};
 
 const MIB: u64 = 1 << 20;
@@ -42,3 +46,17 @@ const MIB: u64 = 1 << 20;
 /// and later) refuses file systems under 300 MB, and one size for every
 /// variant keeps their results comparable.
 pub const MIN_DEVICE_BYTES: u64 = 512 * MIB;
+
+/// Detaches whatever is mounted on `dir` at once (umount2 with MNT_DETACH):
+/// for an error path, where waiting for a busy mount could hang.
+pub(crate) fn unmount_lazily(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

@@ -115,12 +115,27 @@ pub fn rows(result: &StudyResult) -> Vec<Row> {
         .collect()
 }
 
+/// A target name as part of a file name: `dir:/mnt/x` becomes `dir_mnt_x`,
+/// `fuse:nvmfs` becomes `fuse_nvmfs`.
+pub(crate) fn file_stem(target: &str) -> String {
+    let mut out = String::with_capacity(target.len());
+    for c in target.chars() {
+        let keep = c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+        if !(keep || out.ends_with('_')) {
+            out.push('_');
+        } else if keep {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The fastest kernel variant (by mean) on `workload`.
 pub fn best_kernel(result: &StudyResult, workload: &str) -> Option<(String, Summary)> {
     result
         .cells
         .iter()
-        .filter(|c| c.workload == workload && c.target != "nvmfs")
+        .filter(|c| c.workload == workload && super::targets::is_kernel_variant(&c.target))
         .filter_map(|c| c.ops_per_sec().map(|s| (c.target.clone(), s)))
         .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
 }
@@ -142,7 +157,7 @@ pub fn write_all(result: &StudyResult, env: &Environment) -> io::Result<Written>
     put(&mut w, "config.json", json(&result.config))?;
     put(&mut w, "environment.json", json(env))?;
     for c in &result.cells {
-        let name = format!("raw/{}--{}.json", c.workload, c.target);
+        let name = format!("raw/{}--{}.json", c.workload, file_stem(&c.target));
         put(&mut w, &name, json(c))?;
     }
     put(&mut w, "trials.csv", trials_csv(result))?;

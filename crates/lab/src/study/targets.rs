@@ -1,14 +1,17 @@
-//! The study's targets: nvmfs in-process, and every kernel variant of
-//! Table III this machine can provision on a RAM-backed loop device.
+//! The study's targets: nvmfs in-process, nvmfs through FUSE, every kernel
+//! variant of Table III this machine can provision on a RAM-backed loop
+//! device, and on request any mounted directory (`dir:PATH`).
 
 use super::nvm2015::StudyWorkload;
 use crate::filebench::{self, LabTarget, Progress, RunConfig, RunResult};
 use crate::kernel::{self, Availability, Provisioned};
+use crate::targets::fuse::{self, FuseTarget};
 use crate::targets::nvmfs::NvmfsTarget;
-use crate::targets::sys::SysFs;
+use crate::targets::sys::{DirTarget, ScratchDir, SysFs};
 use serde::Serialize;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const GIB: u64 = 1 << 30;
 
@@ -23,7 +26,29 @@ pub struct TargetEntry {
     /// Why it cannot run here, if it cannot.
     pub unavailable: Option<String>,
     #[serde(skip)]
-    variant: Option<kernel::Variant>,
+    kind: Kind,
+}
+
+/// How a target is made.
+#[derive(Debug, Clone)]
+enum Kind {
+    Nvmfs,
+    Fuse,
+    Kernel(kernel::Variant),
+    /// A directory the user named; the lab works in a fresh subdirectory.
+    Dir(PathBuf),
+    /// Listed in the report only (a variant of the paper this kernel lacks).
+    Missing,
+}
+
+/// The FUSE target's name.
+pub const FUSE_NAME: &str = "fuse:nvmfs";
+
+/// Whether `name` is one of the kernel variants the lab provisions (not
+/// nvmfs in any form, not a user's directory): the "best kernel variant"
+/// nvmfs is compared with is one of these.
+pub fn is_kernel_variant(name: &str) -> bool {
+    name != "nvmfs" && name != FUSE_NAME && !name.starts_with("dir:")
 }
 
 /// Kernel device size: room for the largest fileset three times over
@@ -76,7 +101,19 @@ pub fn discover(device_bytes: u64, only: &[String]) -> io::Result<Vec<TargetEntr
             paper_name: Some("pmfs".into()),
             description: "nvmfs library in-process on a fresh image in the shm dir: direct access, no page cache, durable on return (stands in for the paper's PMFS)".into(),
             unavailable: None,
-            variant: None,
+            kind: Kind::Nvmfs,
+        });
+    }
+    if wanted(FUSE_NAME) {
+        out.push(TargetEntry {
+            name: FUSE_NAME.into(),
+            paper_name: None,
+            description: format!(
+                "the same nvmfs image served through the kernel's FUSE by this process, reached with system calls; {}",
+                fuse::describe_options(&nvmfs_fuse::MountConfig::default())
+            ),
+            unavailable: fuse::unavailable(),
+            kind: Kind::Fuse,
         });
     }
     for v in kernel::catalogue(device_bytes) {
@@ -92,8 +129,13 @@ pub fn discover(device_bytes: u64, only: &[String]) -> io::Result<Vec<TargetEntr
             paper_name: v.paper_name.clone(),
             description: v.description.clone(),
             unavailable,
-            variant: Some(v),
+            kind: Kind::Kernel(v),
         });
+    }
+    for o in only {
+        if let Some(dir) = o.strip_prefix("dir:") {
+            out.push(dir_entry(dir)?);
+        }
     }
     if only.is_empty() {
         for (paper, reason) in kernel::unavailable_variants() {
@@ -102,7 +144,7 @@ pub fn discover(device_bytes: u64, only: &[String]) -> io::Result<Vec<TargetEntr
                 paper_name: Some(paper),
                 description: String::new(),
                 unavailable: Some(reason),
-                variant: None,
+                kind: Kind::Missing,
             });
         }
     }
@@ -113,10 +155,35 @@ pub fn discover(device_bytes: u64, only: &[String]) -> io::Result<Vec<TargetEntr
     if !unknown.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("unknown target(s) {unknown:?}; known: nvmfs and the kernel variants (ext2, ext3, ext3-writeback, ext3-journal, ext4, ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs)"),
+            format!("unknown target(s) {unknown:?}; known: nvmfs, fuse:nvmfs, dir:PATH and the kernel variants (ext2, ext3, ext3-writeback, ext3-journal, ext4, ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs)"),
         ));
     }
     Ok(out)
+}
+
+/// `dir:PATH`: PATH must be an existing directory.
+fn dir_entry(path: &str) -> io::Result<TargetEntry> {
+    let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
+    if path.is_empty() {
+        return Err(invalid(
+            "dir: target needs a path, e.g. dir:/mnt/ext4".into(),
+        ));
+    }
+    let p = PathBuf::from(path);
+    match std::fs::metadata(&p) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(invalid(format!("dir:{path}: not a directory"))),
+        Err(e) => return Err(invalid(format!("dir:{path}: {e}"))),
+    }
+    Ok(TargetEntry {
+        name: format!("dir:{path}"),
+        paper_name: None,
+        description: format!(
+            "a fresh subdirectory of {path} through system calls; not remounted between trials (the lab did not mount it), so later trials run with warm caches"
+        ),
+        unavailable: None,
+        kind: Kind::Dir(p),
+    })
 }
 
 /// `xfs-ag` stands for the high-AG XFS variant, whose name carries its count.
@@ -145,7 +212,23 @@ impl LabTarget for KernelTarget {
 /// A provisioned target, alive for one workload.
 pub enum StudyTarget {
     Nvmfs(NvmfsTarget),
+    Fuse(Box<FuseTarget>),
     Kernel(Box<KernelTarget>),
+    Dir(DirTarget),
+}
+
+/// Distinguishes the scratch names of targets made one after another.
+static SERIAL: AtomicU64 = AtomicU64::new(0);
+
+fn scratch_name(what: &str) -> String {
+    let n = SERIAL.fetch_add(1, Ordering::Relaxed);
+    format!("nvmfs-study-{}-{n}{what}", std::process::id())
+}
+
+/// Inodes for an nvmfs image holding the personality's files with room.
+fn nvmfs_inodes(run: &RunConfig) -> u64 {
+    let files = run.personality.files as u64;
+    ((files * 2 + 4096) * 3 / 2).next_power_of_two()
 }
 
 impl StudyTarget {
@@ -156,21 +239,36 @@ impl StudyTarget {
         device_bytes: u64,
         run: &RunConfig,
     ) -> io::Result<StudyTarget> {
-        match &t.variant {
-            None => {
-                let image = shm_dir.join(format!("nvmfs-study-{}.img", std::process::id()));
-                let files = run.personality.files as u64;
-                let inodes = ((files * 2 + 4096) * 3 / 2).next_power_of_two();
-                let size = nvmfs_image_bytes(run);
-                Ok(StudyTarget::Nvmfs(NvmfsTarget::create(
-                    image, size, inodes,
-                )?))
-            }
-            Some(v) => {
+        if let Some(why) = &t.unavailable {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{}: {why}", t.name),
+            ));
+        }
+        match &t.kind {
+            Kind::Nvmfs => Ok(StudyTarget::Nvmfs(NvmfsTarget::create(
+                shm_dir.join(scratch_name(".img")),
+                nvmfs_image_bytes(run),
+                nvmfs_inodes(run),
+            )?)),
+            Kind::Fuse => Ok(StudyTarget::Fuse(Box::new(FuseTarget::create(
+                shm_dir.join(scratch_name(".img")),
+                std::env::temp_dir().join(scratch_name("-fuse")),
+                nvmfs_image_bytes(run),
+                nvmfs_inodes(run),
+            )?))),
+            Kind::Kernel(v) => {
                 let prov = Provisioned::create(v, shm_dir, device_bytes)?;
                 let fs = SysFs::new(prov.mount_point());
                 Ok(StudyTarget::Kernel(Box::new(KernelTarget { prov, fs })))
             }
+            Kind::Dir(p) => Ok(StudyTarget::Dir(DirTarget::new(ScratchDir::create(
+                p.join(scratch_name("")),
+            )?))),
+            Kind::Missing => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{}: not available on this machine", t.name),
+            )),
         }
     }
 
@@ -180,6 +278,16 @@ impl StudyTarget {
             StudyTarget::Nvmfs(t) => serde_json::json!({
                 "image": t.image_path(),
                 "mode": "library, in-process",
+            }),
+            StudyTarget::Fuse(t) => serde_json::json!({
+                "image": t.image_path(),
+                "mount_point": t.mount_point(),
+                "mode": "FUSE, in-process fuser session, system calls on the mount point",
+                "options": fuse::describe_options(t.options()),
+            }),
+            StudyTarget::Dir(t) => serde_json::json!({
+                "directory": t.path(),
+                "mode": "system calls on a directory the lab did not mount (no remount between trials)",
             }),
             StudyTarget::Kernel(k) => {
                 serde_json::to_value(k.prov.info()).unwrap_or(serde_json::Value::Null)
@@ -195,7 +303,9 @@ impl StudyTarget {
     ) -> io::Result<RunResult> {
         match self {
             StudyTarget::Nvmfs(t) => filebench::run(t, cfg, interrupted, progress),
+            StudyTarget::Fuse(t) => filebench::run(t.as_mut(), cfg, interrupted, progress),
             StudyTarget::Kernel(k) => filebench::run(k.as_mut(), cfg, interrupted, progress),
+            StudyTarget::Dir(t) => filebench::run(t, cfg, interrupted, progress),
         }
     }
 
@@ -203,7 +313,12 @@ impl StudyTarget {
     pub fn close(self) -> io::Result<()> {
         match self {
             StudyTarget::Nvmfs(t) => t.close(),
+            StudyTarget::Fuse(t) => t.close(),
             StudyTarget::Kernel(k) => k.prov.teardown(),
+            StudyTarget::Dir(t) => {
+                drop(t);
+                Ok(())
+            }
         }
     }
 }

@@ -138,3 +138,62 @@ fn a_failing_workload_is_reported_and_cleaned_up() {
     }
     no_leftovers();
 }
+
+#[test]
+fn fuse_and_dir_targets_run_and_leave_nothing() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let user_dir = tempfile::tempdir().unwrap();
+    let dir_target = format!("dir:{}", user_dir.path().display());
+    let fuse_ok = crate::targets::fuse::unavailable().is_none();
+    if !fuse_ok {
+        eprintln!("skipped part: FUSE cannot mount here, fuse:nvmfs not run");
+    }
+    let mut wanted = vec![dir_target.as_str()];
+    if fuse_ok {
+        wanted.push(targets::FUSE_NAME);
+    }
+    let cfg = tiny_config(out.path().join("r"), &wanted, &["varmail"]);
+    let result = run_nvm2015(&cfg, &|| false, &mut Quiet).unwrap();
+    assert_eq!(result.cells.len(), wanted.len());
+    for c in &result.cells {
+        assert_eq!(c.status, CellStatus::Ok, "{} on {}", c.workload, c.target);
+        let r = c.result.as_ref().unwrap();
+        // FUSE is remounted between trials; a directory the lab did not mount is not.
+        let remounted = r.trials.iter().any(|t| t.remounted);
+        assert_eq!(remounted, c.target == targets::FUSE_NAME, "{}", c.target);
+    }
+    // Neither is a kernel variant nvmfs is compared with.
+    assert!(!targets::is_kernel_variant(&dir_target));
+    assert!(!targets::is_kernel_variant(targets::FUSE_NAME));
+    assert!(targets::is_kernel_variant("xfs-ag126"));
+    // The scratch subdirectory went, the user's directory stayed.
+    assert_eq!(std::fs::read_dir(user_dir.path()).unwrap().count(), 0);
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        !mounts.contains("nvmfs-study-"),
+        "a FUSE mount is left: {mounts}"
+    );
+    no_leftovers();
+    let env = env::Environment::capture(&cfg.shm_dir);
+    report::write_all(&result, &env).unwrap();
+    let raw = format!("raw/varmail--{}.json", report::file_stem(&dir_target));
+    assert!(cfg.out_dir.join(&raw).is_file(), "{raw} missing");
+}
+
+#[test]
+fn bad_dir_targets_are_named() {
+    let e = targets::discover(kernel::MIN_DEVICE_BYTES, &["dir:".into()]).unwrap_err();
+    assert!(e.to_string().contains("needs a path"), "{e}");
+    let e = targets::discover(kernel::MIN_DEVICE_BYTES, &["dir:/no/such/dir".into()]).unwrap_err();
+    assert!(e.to_string().contains("/no/such/dir"), "{e}");
+    let e = targets::discover(kernel::MIN_DEVICE_BYTES, &["fuse:other".into()]).unwrap_err();
+    assert!(e.to_string().contains("unknown target"), "{e}");
+}
+
+#[test]
+fn target_names_become_safe_file_names() {
+    assert_eq!(report::file_stem("dir:/mnt/pmem 0"), "dir_mnt_pmem_0");
+    assert_eq!(report::file_stem("fuse:nvmfs"), "fuse_nvmfs");
+    assert_eq!(report::file_stem("xfs-ag126"), "xfs-ag126");
+}

@@ -104,6 +104,13 @@ impl DirTarget {
     }
 }
 
+impl DirTarget {
+    /// The scratch directory the target works in.
+    pub fn path(&self) -> &Path {
+        self._scratch.path()
+    }
+}
+
 impl crate::filebench::LabTarget for DirTarget {
     type Fs = SysFs;
 

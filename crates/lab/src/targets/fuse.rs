@@ -1,0 +1,189 @@
+//! The `fuse:nvmfs` target: an nvmfs image served through the kernel's FUSE
+//! by an in-process fuser session, reached with system calls on the mount
+//! point. Against the `nvmfs` target it shows what the trip through the
+//! kernel costs (a context switch to a server thread per request, the
+//! kernel's page cache and attribute/entry caches in front).
+
+use crate::kernel::{self, Resource};
+use crate::targets::sys::{annotate, ScratchDir, ScratchFile, SysFs};
+use nvmfs::{FormatOptions, Fs};
+use nvmfs_fuse::fuser::BackgroundSession;
+use nvmfs_fuse::MountConfig;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Why FUSE mounts cannot work here, if they cannot.
+pub fn unavailable() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing (no FUSE in this kernel or container)".into());
+    }
+    // SAFETY: a plain getter.
+    let root = unsafe { libc::geteuid() } == 0;
+    let helper = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("fusermount3").exists()));
+    if !root && !helper {
+        return Some("not root and fusermount3 (package fuse3) is not installed".into());
+    }
+    None
+}
+
+/// The mount options used, for the report.
+pub fn describe_options(cfg: &MountConfig) -> String {
+    format!(
+        "default `nvmfs mount` options: kernel page cache for data, attr_timeout={}s, entry_timeout={}s, {} server threads, no writeback cache",
+        cfg.attr_timeout.as_secs_f64(),
+        cfg.entry_timeout.as_secs_f64(),
+        cfg.max_threads
+    )
+}
+
+/// A mounted FUSE session over a fresh image. Dropping it unmounts (lazily
+/// if need be) and deletes the image and the mount point.
+pub struct FuseTarget {
+    // Field order is drop order: the session and mount go before the
+    // directory and the image.
+    session: Option<BackgroundSession>,
+    fs: Option<Fs>,
+    /// Registry id of the mount, so a second Ctrl-C unmounts it.
+    mount_id: Option<u64>,
+    sys: SysFs,
+    cfg: MountConfig,
+    mnt: ScratchDir,
+    image: ScratchFile,
+}
+
+impl FuseTarget {
+    /// Formats `image` (which must not exist yet), creates the directory
+    /// `mnt` and mounts the image there.
+    pub fn create(
+        image: PathBuf,
+        mnt: PathBuf,
+        size_bytes: u64,
+        inode_count: u64,
+    ) -> io::Result<Self> {
+        if let Some(why) = unavailable() {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, why));
+        }
+        let image = ScratchFile::claim(image)?;
+        let opts = FormatOptions {
+            size_bytes,
+            inode_count: Some(inode_count),
+        };
+        Fs::format(image.path(), &opts)
+            .map_err(|e| annotate(e, "cannot format nvmfs image", image.path()))?;
+        let mnt = ScratchDir::create(mnt)?;
+        let mut t = FuseTarget {
+            session: None,
+            fs: None,
+            mount_id: None,
+            sys: SysFs::new(mnt.path()),
+            cfg: MountConfig::default(),
+            mnt,
+            image,
+        };
+        t.mount()?;
+        Ok(t)
+    }
+
+    fn mount(&mut self) -> io::Result<()> {
+        let fs = mount_image(self.image.path(), &self.cfg)?;
+        let (session, _shutdown) =
+            nvmfs_fuse::session(fs.clone(), self.mnt.path(), &self.cfg, "nvmfs-lab")
+                .map_err(|e| annotate(e, "cannot mount FUSE on", self.mnt.path()))?;
+        self.mount_id = Some(kernel::register(Resource::Mount(
+            self.mnt.path().to_path_buf(),
+        )));
+        self.fs = Some(fs);
+        let session = session
+            .spawn()
+            .map_err(|e| annotate(e, "cannot start the FUSE session for", self.mnt.path()))?;
+        self.session = Some(session);
+        Ok(())
+    }
+
+    /// Unmounts through the kernel, waits for the session to end and
+    /// unmounts the image cleanly.
+    fn unmount(&mut self) -> io::Result<()> {
+        if let Some(s) = self.session.take() {
+            s.umount_and_join()
+                .map_err(|e| annotate(e, "cannot unmount FUSE on", self.mnt.path()))?;
+        }
+        if let Some(id) = self.mount_id.take() {
+            kernel::unregister(id);
+        }
+        match self.fs.take() {
+            Some(fs) => fs
+                .unmount()
+                .map_err(|e| annotate(e, "cannot unmount nvmfs image", self.image.path())),
+            None => Ok(()),
+        }
+    }
+
+    /// Unmounts and mounts again: the kernel's page cache and dentry and
+    /// attribute caches of the mount go, and nvmfs rebuilds its DRAM state.
+    pub fn remount(&mut self) -> io::Result<()> {
+        self.unmount()?;
+        self.mount()
+    }
+
+    /// Unmounts cleanly, reporting errors (image and directory go on drop).
+    pub fn close(mut self) -> io::Result<()> {
+        self.unmount()
+    }
+
+    pub fn image_path(&self) -> &Path {
+        self.image.path()
+    }
+
+    pub fn mount_point(&self) -> &Path {
+        self.mnt.path()
+    }
+
+    pub fn options(&self) -> &MountConfig {
+        &self.cfg
+    }
+}
+
+/// Mounts the image for the session, retrying a moment while a child
+/// process forked elsewhere in this process still shares its lock.
+fn mount_image(image: &Path, cfg: &MountConfig) -> io::Result<Fs> {
+    let mut tries = 0;
+    loop {
+        match Fs::mount(image, &cfg.core_options()) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r.map_err(|e| annotate(e, "cannot mount nvmfs image", image)),
+        }
+    }
+}
+
+impl Drop for FuseTarget {
+    fn drop(&mut self) {
+        if self.session.is_some() {
+            // An error part-way: detach at once so the directory can go; the
+            // session thread ends when the kernel drops the connection.
+            let _ = kernel::unmount_lazily(self.mnt.path());
+            drop(self.session.take());
+        }
+        if let Some(id) = self.mount_id.take() {
+            kernel::unregister(id);
+        }
+        if let Some(fs) = self.fs.take() {
+            let _ = fs.unmount();
+        }
+    }
+}
+
+impl crate::filebench::LabTarget for FuseTarget {
+    type Fs = SysFs;
+
+    fn fs(&self) -> &SysFs {
+        &self.sys
+    }
+
+    fn remount(&mut self) -> io::Result<bool> {
+        FuseTarget::remount(self).map(|()| true)
+    }
+}
