@@ -237,7 +237,13 @@ fn control<N>(
     interrupted: &dyn Fn() -> bool,
     tick: &mut dyn FnMut(Tick),
 ) -> (f64, CpuTimes) {
-    let poll = Duration::from_millis(50);
+    // An op limit is checked at every poll: poll often enough that a fast
+    // workload does not overshoot it by tens of thousands of ops.
+    let poll = if limits.ops_max.is_some() {
+        Duration::from_millis(1)
+    } else {
+        Duration::from_millis(50)
+    };
     let start = Instant::now();
     let mut last = (start, 0u64);
     let mut report = |measuring: bool, since: Instant, last: &mut (Instant, u64)| {

@@ -165,6 +165,51 @@ pub fn format_filebench(flowops: &[FlowopStats], seconds: f64) -> String {
     s
 }
 
+/// [`format_filebench`] over several trials together: ops and bytes add
+/// up, the time is the trials' total, the mean latency is weighted by ops,
+/// min and max are over all trials (the columns filebench prints; the
+/// percentiles of the trials cannot be combined and are not shown).
+pub fn format_filebench_trials(trials: &[(&[FlowopStats], f64)]) -> String {
+    let Some((first, _)) = trials.first() else {
+        return String::new();
+    };
+    let mut rows: Vec<FlowopStats> = first
+        .iter()
+        .map(|f| FlowopStats {
+            name: f.name.clone(),
+            kind: f.kind,
+            ops: 0,
+            bytes: 0,
+            latency_ns: Latency::default(),
+        })
+        .collect();
+    let mut latency_sum = vec![0.0f64; rows.len()];
+    for (flowops, _) in trials {
+        for ((row, sum), f) in rows.iter_mut().zip(&mut latency_sum).zip(flowops.iter()) {
+            if f.ops == 0 {
+                continue;
+            }
+            let lat = &mut row.latency_ns;
+            lat.min = if row.ops == 0 {
+                f.latency_ns.min
+            } else {
+                lat.min.min(f.latency_ns.min)
+            };
+            lat.max = lat.max.max(f.latency_ns.max);
+            row.ops += f.ops;
+            row.bytes += f.bytes;
+            *sum += f.latency_ns.mean * f.ops as f64;
+        }
+    }
+    for (row, sum) in rows.iter_mut().zip(latency_sum) {
+        if row.ops > 0 {
+            row.latency_ns.mean = sum / row.ops as f64;
+        }
+    }
+    let seconds = trials.iter().map(|t| t.1).sum();
+    format_filebench(&rows, seconds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,5 +275,12 @@ mod tests {
             text.contains("IO Summary: 21 ops 10.500 ops/s 5/5 rd/wr"),
             "{text}"
         );
+        // Two such trials together: twice the ops in twice the time.
+        let two = format_filebench_trials(&[(&merged, 2.0), (&merged, 2.0)]);
+        assert!(
+            two.contains("IO Summary: 42 ops 10.500 ops/s 5/5 rd/wr"),
+            "{two}"
+        );
+        assert!(two.contains("readfile1                   20ops"), "{two}");
     }
 }

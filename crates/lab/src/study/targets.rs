@@ -2,10 +2,12 @@
 //! Table III this machine can provision on a RAM-backed loop device.
 
 use super::nvm2015::StudyWorkload;
-use crate::filebench::{self, LabTarget, Progress, RunConfig, RunResult};
+use crate::filebench::{
+    self, LabTarget, Personality, PersonalityConfig, Progress, RunConfig, RunResult,
+};
 use crate::kernel::{self, Availability, Provisioned};
 use crate::targets::nvmfs::NvmfsTarget;
-use crate::targets::sys::SysFs;
+use crate::targets::sys::{DirTarget, ScratchDir, SysFs};
 use serde::Serialize;
 use std::io;
 use std::path::Path;
@@ -31,12 +33,21 @@ pub struct TargetEntry {
 /// 8 GiB so that XFS can have many allocation groups (the paper's 464 needs
 /// 30 GiB). The devices are sparse files, so only written blocks use memory.
 pub fn device_size_bytes(workloads: &[StudyWorkload]) -> u64 {
-    let largest = workloads
-        .iter()
-        .map(|w| w.config.files as u64 * w.config.mean_file_size_bytes)
-        .max()
-        .unwrap_or(0);
+    device_size_for(workloads.iter().map(|w| &w.config))
+}
+
+/// [`device_size_bytes`] for any personality configurations.
+pub fn device_size_for<'a>(configs: impl Iterator<Item = &'a PersonalityConfig>) -> u64 {
+    let largest = configs.map(fileset_bytes).max().unwrap_or(0);
     ((largest * 3 + 2 * GIB).div_ceil(GIB) * GIB).max(8 * GIB)
+}
+
+/// Mean bytes of a personality's filesets (main and log).
+fn fileset_bytes(c: &PersonalityConfig) -> u64 {
+    let log = c
+        .log_fileset()
+        .map_or(0, |l| l.entries as u64 * l.mean_size_bytes);
+    c.files as u64 * c.mean_file_size_bytes + log
 }
 
 /// nvmfs image size for one workload: the fileset twice over, 512 MiB, and
@@ -48,8 +59,9 @@ pub fn device_size_bytes(workloads: &[StudyWorkload]) -> u64 {
 /// about a second per GiB on this machine.
 pub fn nvmfs_image_bytes(run: &RunConfig) -> u64 {
     let c = &run.personality;
-    let fileset = c.files as u64 * c.mean_file_size_bytes;
-    let log = if c.log_fileset().is_some() {
+    let fileset = fileset_bytes(c);
+    // Only webserver's log grows (appends); oltp writes inside its files.
+    let log = if c.personality == Personality::Webserver {
         let seconds = run.trials as f64 * (run.warmup_seconds + run.run_seconds);
         let by_time = (seconds.max(0.0) * 256.0) as u64 * (1 << 20);
         let by_ops = run.ops_max.map_or(u64::MAX, |n| {
@@ -146,9 +158,20 @@ impl LabTarget for KernelTarget {
 pub enum StudyTarget {
     Nvmfs(NvmfsTarget),
     Kernel(Box<KernelTarget>),
+    /// A fresh directory on a file system the lab did not make (`nvmfs bench
+    /// filebench`'s `tmpfs` and `dir:PATH`): not remounted between trials.
+    Dir(DirTarget, std::path::PathBuf),
 }
 
 impl StudyTarget {
+    /// A fresh subdirectory `name` of `parent`, removed with its contents
+    /// when the target is closed or dropped.
+    pub fn dir(parent: &Path, name: &str) -> io::Result<StudyTarget> {
+        let path = parent.join(name);
+        let scratch = ScratchDir::create(path.clone())?;
+        Ok(StudyTarget::Dir(DirTarget::new(scratch), path))
+    }
+
     /// Fresh nvmfs image or fresh mkfs; everything is removed on drop.
     pub fn create(
         t: &TargetEntry,
@@ -184,6 +207,10 @@ impl StudyTarget {
             StudyTarget::Kernel(k) => {
                 serde_json::to_value(k.prov.info()).unwrap_or(serde_json::Value::Null)
             }
+            StudyTarget::Dir(_, path) => serde_json::json!({
+                "directory": path,
+                "mode": "system calls; not remounted between trials",
+            }),
         }
     }
 
@@ -196,6 +223,7 @@ impl StudyTarget {
         match self {
             StudyTarget::Nvmfs(t) => filebench::run(t, cfg, interrupted, progress),
             StudyTarget::Kernel(k) => filebench::run(k.as_mut(), cfg, interrupted, progress),
+            StudyTarget::Dir(d, _) => filebench::run(d, cfg, interrupted, progress),
         }
     }
 
@@ -204,6 +232,7 @@ impl StudyTarget {
         match self {
             StudyTarget::Nvmfs(t) => t.close(),
             StudyTarget::Kernel(k) => k.prov.teardown(),
+            StudyTarget::Dir(..) => Ok(()),
         }
     }
 }
