@@ -29,7 +29,7 @@ pub struct Args {
 enum BenchCommand {
     Micro(MicroArgs),
     Scale(ScaleArgs),
-    Filebench(crate::bench_filebench::Args),
+    Filebench(Box<crate::bench_filebench::Args>),
 }
 
 #[derive(clap::Args, Debug)]

@@ -248,7 +248,7 @@ fn run_config(args: &Args) -> Result<RunConfig, String> {
         ops_max: args.ops,
         seed: args.seed.unwrap_or(SEED),
     };
-    if !(cfg.run_seconds > 0.0) {
+    if !cfg.run_seconds.is_finite() || cfg.run_seconds <= 0.0 {
         return Err(format!("--seconds must be > 0, got {}", cfg.run_seconds));
     }
     cfg.validate()?;
