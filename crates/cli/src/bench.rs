@@ -1,4 +1,5 @@
-//! `nvmfs bench micro`: the microbenchmarks of nvmfs-lab, nvmfs against kernel file systems.
+//! `nvmfs bench micro` and `scale`: the microbenchmarks of nvmfs-lab, nvmfs against kernel
+//! file systems; `nvmfs bench filebench` lives in `bench_filebench`.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -28,6 +29,7 @@ pub struct Args {
 enum BenchCommand {
     Micro(MicroArgs),
     Scale(ScaleArgs),
+    Filebench(Box<crate::bench_filebench::Args>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -135,6 +137,7 @@ pub fn run(args: &Args) -> u8 {
     match &args.command {
         BenchCommand::Micro(m) => run_micro(m),
         BenchCommand::Scale(s) => run_scale(s),
+        BenchCommand::Filebench(f) => crate::bench_filebench::run(f),
     }
 }
 
@@ -241,7 +244,7 @@ fn run_micro(args: &MicroArgs) -> u8 {
 
 /// Opens `path` for writing without truncating it (creating it if needed, and removing
 /// it again if so), to catch a bad --json path before the run.
-fn check_writable(path: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn check_writable(path: &std::path::Path) -> std::io::Result<()> {
     let existed = path.exists();
     std::fs::OpenOptions::new()
         .append(true)

@@ -1,6 +1,7 @@
 //! `nvmfs`: create, check, inspect and benchmark nvmfs images.
 
 mod bench;
+mod bench_filebench;
 mod crashtest;
 mod fsck;
 mod info;

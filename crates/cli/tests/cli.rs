@@ -349,3 +349,83 @@ fn fsck_repair_json() {
     assert_eq!(v["modified"], false);
     assert_eq!(v["problems"].as_array().unwrap().len(), 0);
 }
+
+#[test]
+fn bench_filebench_tiny_varmail_on_nvmfs_writes_table_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("fb.json");
+    let out = nvmfs(&[
+        "bench",
+        "filebench",
+        "-p",
+        "varmail",
+        "--nfiles",
+        "50",
+        "--threads",
+        "2",
+        "--ops",
+        "500",
+        "--warmup",
+        "0",
+        "--seconds",
+        "30",
+        "-t",
+        "nvmfs",
+        "--shm-dir",
+        dir.path().to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("== varmail on nvmfs: ok"), "{stdout}");
+    assert!(stdout.contains("deletefile1"), "{stdout}");
+    assert!(stdout.contains("IO Summary: "), "{stdout}");
+    assert!(stdout.contains("(95% CI, 2 kept trials)"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["schema"], "nvmfs-lab/bench-filebench/v1");
+    assert_eq!(v["config"]["personality"]["files"], 50);
+    assert_eq!(v["config"]["personality"]["threads"], 2);
+    let run = &v["runs"][0];
+    assert_eq!(run["target"], "nvmfs");
+    assert_eq!(run["status"], "ok");
+    let trials = run["result"]["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 3);
+    assert_eq!(trials[0]["discarded"], true);
+    for t in &trials[1..] {
+        let ops = t["summary"]["ops"].as_u64().unwrap();
+        assert!(ops >= 500, "{ops} ops");
+        assert_eq!(t["flowops"].as_array().unwrap().len(), 13);
+    }
+    assert_eq!(run["result"]["ops_per_sec"]["n"], 2);
+    // The image was removed.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "fb.json")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn bench_filebench_bad_input_is_a_clear_error() {
+    let out = nvmfs(&["bench", "filebench", "-p", "oltp", "--nfiles", "100"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("nfiles") && err.contains("at most 64"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let out = nvmfs(&["bench", "filebench", "-p", "nosuch"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("oltp"), "{}", text(&out.stderr));
+    let out = nvmfs(&["bench", "filebench", "-p", "varmail", "--iosize", "lots"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = nvmfs(&["bench", "filebench", "-p", "varmail", "-t", "ext9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("ext9"), "{}", text(&out.stderr));
+    let out = nvmfs(&["bench", "filebench", "-p", "webserver", "--usermode", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("oltp flags"));
+}

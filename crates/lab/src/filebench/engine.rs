@@ -2,9 +2,15 @@
 //! operations are not recorded, then a measured phase bounded by time or by
 //! operation count, ending early (with the reason) when a flowop finds no
 //! file to pick.
+//!
+//! Each thread group of the workload gets its `instances` threads, each
+//! looping over the group's flowops. Semaphores ([`super::sem`]) live for
+//! one trial; the controller closes them when the trial stops, so that no
+//! thread stays blocked in a semblock or sempost.
 
 use super::fileset::{Fileset, PickKind, PickState};
-use super::personality::{Flowop, Op, SetId, FD_SLOTS};
+use super::personality::{Flowop, Op, SetId, ThreadGroup, Workload, FD_SLOTS};
+use super::sem::{Semaphore, Waited};
 use super::stats::{FlowopStats, ThreadStats};
 use crate::targets::api::{MicroFile, MicroFs};
 use std::io;
@@ -64,11 +70,36 @@ pub struct Tick {
 #[derive(Default)]
 struct OpCounter(AtomicU64);
 
+/// The semaphores of one trial: for each flowop index, one per thread of
+/// its group if it is a semblock, none otherwise.
+struct Semaphores(Vec<Vec<Semaphore>>);
+
+impl Semaphores {
+    fn new(workload: &Workload) -> Self {
+        let mut sems: Vec<Vec<Semaphore>> = workload.flowops.iter().map(|_| Vec::new()).collect();
+        for g in &workload.groups {
+            for i in g.flowops.clone() {
+                if let Op::SemBlock { highwater, .. } = workload.flowops[i].op {
+                    sems[i] = (0..g.instances)
+                        .map(|_| Semaphore::new(highwater))
+                        .collect();
+                }
+            }
+        }
+        Semaphores(sems)
+    }
+
+    fn close_all(&self) {
+        self.0.iter().flatten().for_each(Semaphore::close);
+    }
+}
+
 /// State shared by the threads of one trial.
 struct Shared<'a, N> {
     main: &'a SetState<N>,
     log: Option<&'a SetState<N>>,
     flowops: &'a [Flowop],
+    sems: Semaphores,
     phase: AtomicU8,
     ops: Vec<OpCounter>,
     stopped_early: Mutex<Option<String>>,
@@ -121,14 +152,13 @@ pub struct CpuTimes {
     pub machine_busy_fraction: Option<f64>,
 }
 
-/// Runs one trial of `flowops` with `threads` threads.
+/// Runs one trial of `workload`: every thread of every group.
 #[allow(clippy::too_many_arguments)]
 pub fn run_trial<F>(
     fs: &F,
     main: &SetState<F::Name>,
     log: Option<&SetState<F::Name>>,
-    flowops: &[Flowop],
-    threads: usize,
+    workload: &Workload,
     limits: TrialLimits,
     seed: u64,
     interrupted: &dyn Fn() -> bool,
@@ -139,21 +169,36 @@ where
     F::Name: Sync,
     F::File: Send,
 {
+    let flowops = &workload.flowops[..];
+    // (group, instance within it) of every thread.
+    let threads: Vec<(&ThreadGroup, usize)> = workload
+        .groups
+        .iter()
+        .flat_map(|g| (0..g.instances).map(move |k| (g, k)))
+        .collect();
     let shared = Shared {
         main,
         log,
         flowops,
+        sems: Semaphores::new(workload),
         phase: AtomicU8::new(WARMUP),
-        ops: (0..threads).map(|_| OpCounter::default()).collect(),
+        ops: (0..threads.len()).map(|_| OpCounter::default()).collect(),
         stopped_early: Mutex::new(None),
         failed: Mutex::new(None),
         any_stop: AtomicBool::new(false),
     };
     let (per_thread, seconds, cpu) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
+        let handles: Vec<_> = threads
+            .iter()
+            .enumerate()
+            .map(|(t, &(group, instance))| {
                 let shared = &shared;
-                s.spawn(move || thread_main(fs, shared, t, seed ^ (t as u64).wrapping_mul(0x9E37)))
+                let me = ThreadId {
+                    index: t,
+                    group,
+                    instance,
+                };
+                s.spawn(move || thread_main(fs, shared, me, seed ^ (t as u64).wrapping_mul(0x9E37)))
             })
             .collect();
         let (seconds, cpu) = control(&shared, limits, interrupted, tick);
@@ -192,7 +237,13 @@ fn control<N>(
     interrupted: &dyn Fn() -> bool,
     tick: &mut dyn FnMut(Tick),
 ) -> (f64, CpuTimes) {
-    let poll = Duration::from_millis(50);
+    // An op limit is checked at every poll: poll often enough that a fast
+    // workload does not overshoot it by tens of thousands of ops.
+    let poll = if limits.ops_max.is_some() {
+        Duration::from_millis(1)
+    } else {
+        Duration::from_millis(50)
+    };
     let start = Instant::now();
     let mut last = (start, 0u64);
     let mut report = |measuring: bool, since: Instant, last: &mut (Instant, u64)| {
@@ -231,46 +282,44 @@ fn control<N>(
         report(true, t0, &mut last);
     }
     shared.phase.store(STOP, Ordering::SeqCst);
+    // Threads blocked in a semblock or sempost would never see the phase.
+    shared.sems.close_all();
     let seconds = t0.elapsed().as_secs_f64();
     let cpu = cpu0.until_now();
     (seconds, cpu)
 }
 
-/// One worker: loops over the flowops until told to stop.
-fn thread_main<F>(fs: &F, shared: &Shared<'_, F::Name>, index: usize, seed: u64) -> ThreadStats
+/// Which thread of which group a worker is.
+#[derive(Clone, Copy)]
+struct ThreadId<'w> {
+    /// Position among all threads of the trial (its op counter).
+    index: usize,
+    group: &'w ThreadGroup,
+    /// Instance within the group (its semaphore of a semblock flowop).
+    instance: usize,
+}
+
+/// One worker: loops over its group's flowops until told to stop.
+fn thread_main<F>(fs: &F, shared: &Shared<'_, F::Name>, me: ThreadId<'_>, seed: u64) -> ThreadStats
 where
     F: MicroFs,
 {
     let mut w = Worker {
         fs,
         shared,
+        instance: me.instance,
         fds: std::array::from_fn(|_| None),
+        rotating: [Rotating::default(), Rotating::default()],
         rng: fastrand::Rng::with_seed(seed),
         buf: Vec::new(),
+        hog_cell: 0,
         stats: ThreadStats::new(shared.flowops.len()),
     };
     'outer: loop {
-        for (i, flowop) in shared.flowops.iter().enumerate() {
-            let phase = shared.phase.load(Ordering::Relaxed);
-            if phase == STOP || shared.any_stop.load(Ordering::Relaxed) {
-                break 'outer;
-            }
-            let t0 = Instant::now();
-            match w.run(flowop) {
-                Ok(Some(bytes)) => {
-                    let ns = t0.elapsed().as_nanos() as u64;
-                    let counter = &shared.ops[index].0;
-                    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-                    if phase == MEASURE {
-                        w.stats.record(i, ns, bytes);
-                    }
-                }
-                Ok(None) => break 'outer,
-                Err(e) => {
-                    shared.fail(io::Error::new(
-                        e.kind(),
-                        format!("flowop {} failed: {e}", flowop.name),
-                    ));
+        for i in me.group.flowops.clone() {
+            let flowop = &shared.flowops[i];
+            for _ in 0..flowop.iters {
+                if !w.run_once(i, flowop, me.index) {
                     break 'outer;
                 }
             }
@@ -287,19 +336,77 @@ struct OpenFile<T> {
     entry: usize,
 }
 
+/// A thread's `opennext` file slots for one fileset (filebench's rotating
+/// fds): each read or write uses the next slot, opening a round-robin pick
+/// of the set into it on first use and keeping it open for the whole run,
+/// so that every thread ends up holding one handle per file of the set.
+struct Rotating<T> {
+    slots: Vec<Option<OpenFile<T>>>,
+    next: usize,
+}
+
+impl<T> Default for Rotating<T> {
+    fn default() -> Self {
+        Rotating {
+            slots: Vec::new(),
+            next: 0,
+        }
+    }
+}
+
 struct Worker<'a, 's, F: MicroFs> {
     fs: &'a F,
     shared: &'a Shared<'s, F::Name>,
+    /// Instance within the thread's group.
+    instance: usize,
     fds: [Option<OpenFile<F::File>>; FD_SLOTS],
+    /// Indexed by [`SetId`] as usize.
+    rotating: [Rotating<F::File>; 2],
     rng: fastrand::Rng,
     buf: Vec<u8>,
+    /// The memory `hog` stores to.
+    hog_cell: u8,
     stats: ThreadStats,
 }
 
 impl<F: MicroFs> Worker<'_, '_, F> {
+    /// Runs flowop `i` once, counting and recording it. Returns false when
+    /// the thread must end its loop.
+    fn run_once(&mut self, i: usize, flowop: &Flowop, thread: usize) -> bool {
+        let shared = self.shared;
+        let phase = shared.phase.load(Ordering::Relaxed);
+        if phase == STOP || shared.any_stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let t0 = Instant::now();
+        match self.run(i, flowop) {
+            Ok(Some(bytes)) => {
+                let ns = t0.elapsed().as_nanos() as u64;
+                // The op limit and the live rate count what the IO summary counts.
+                if flowop.op.kind().is_io() {
+                    let counter = &shared.ops[thread].0;
+                    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                }
+                if phase == MEASURE {
+                    self.stats.record(i, ns, bytes);
+                }
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                shared.fail(io::Error::new(
+                    e.kind(),
+                    format!("flowop {} failed: {e}", flowop.name),
+                ));
+                false
+            }
+        }
+    }
+
     /// Runs one flowop. `Ok(Some(bytes))` when it ran, `Ok(None)` when the
-    /// run must stop early (the reason is recorded in `shared`).
-    fn run(&mut self, flowop: &Flowop) -> io::Result<Option<u64>> {
+    /// thread must stop: the run stops early (the reason is recorded in
+    /// `shared`) or the trial is ending (a semaphore was closed).
+    fn run(&mut self, i: usize, flowop: &Flowop) -> io::Result<Option<u64>> {
         let set = self.shared.set(flowop.set);
         match flowop.op {
             Op::CreateFile { fd } => self.create(set, flowop.set, fd),
@@ -317,6 +424,28 @@ impl<F: MicroFs> Worker<'_, '_, F> {
             }
             Op::DeleteFile => self.delete(set),
             Op::StatFile => self.stat(set),
+            Op::ReadRandom { iosize } => self.read_random(flowop.set, iosize),
+            Op::WriteRandom { iosize, dsync } => self.write_random(flowop.set, iosize, dsync),
+            Op::Hog { value } => {
+                self.hog(value);
+                Ok(Some(0))
+            }
+            Op::SemBlock { value, .. } => {
+                let sem = &self.shared.sems.0[i][self.instance];
+                Ok(sem_outcome(sem.block(value)))
+            }
+            Op::SemPost {
+                target,
+                value,
+                blocking,
+            } => {
+                for sem in &self.shared.sems.0[target] {
+                    if sem_outcome(sem.post(value, blocking)).is_none() {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(0))
+            }
         }
     }
 
@@ -402,6 +531,15 @@ impl<F: MicroFs> Worker<'_, '_, F> {
         for fd in 0..FD_SLOTS {
             self.close(fd);
         }
+        for (set, rot) in [SetId::Main, SetId::Log]
+            .into_iter()
+            .zip(&mut self.rotating)
+        {
+            for of in rot.slots.iter_mut().filter_map(Option::take) {
+                drop(of.file);
+                self.shared.set(set).picks().closed(of.entry);
+            }
+        }
     }
 
     fn file(&self, fd: usize) -> io::Result<&OpenFile<F::File>> {
@@ -472,6 +610,94 @@ impl<F: MicroFs> Worker<'_, '_, F> {
         Ok(Some(len as u64))
     }
 
+    /// The slot of the thread's next `opennext` file of `id`, opened if it is
+    /// the slot's first use (the open is part of this op, as in filebench).
+    fn next_rotating(&mut self, id: SetId) -> io::Result<Option<usize>> {
+        let set = self.shared.set(id);
+        let rot = &mut self.rotating[id as usize];
+        if rot.slots.is_empty() {
+            rot.slots.resize_with(set.fileset.files.len(), || None);
+        }
+        let slot = rot.next;
+        rot.next = (slot + 1) % rot.slots.len();
+        if rot.slots[slot].is_none() {
+            let Some(i) = self.pick(set, PickKind::Existing) else {
+                return Ok(None);
+            };
+            match self.fs.open_rw(&set.names[i]) {
+                Ok(file) => {
+                    set.picks().release(i, true, 1);
+                    self.rotating[id as usize].slots[slot] = Some(OpenFile {
+                        file,
+                        set: id,
+                        entry: i,
+                    });
+                }
+                Err(e) => {
+                    set.picks().release(i, true, 0);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(slot))
+    }
+
+    /// A random offset for `random` reads and writes: uniform in
+    /// [0, size - iosize], rounded down to a multiple of iosize
+    /// (`fb_random64(size, iosize)`). The working set is the file's size.
+    fn random_offset(&mut self, id: SetId, slot: usize, iosize: u64) -> io::Result<u64> {
+        let of = self.rotating[id as usize].slots[slot]
+            .as_ref()
+            .expect("opened by next_rotating");
+        let size = self.shared.set(id).fileset.files[of.entry].size_bytes;
+        if size < iosize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("file size {size} smaller than IO size {iosize}"),
+            ));
+        }
+        let r = (self.rng.f64() * (size - iosize) as f64) as u64;
+        Ok(r / iosize * iosize)
+    }
+
+    fn read_random(&mut self, id: SetId, iosize: u64) -> io::Result<Option<u64>> {
+        let Some(slot) = self.next_rotating(id)? else {
+            return Ok(None);
+        };
+        let off = self.random_offset(id, slot, iosize)?;
+        self.buffer(iosize as usize);
+        let of = self.rotating[id as usize].slots[slot]
+            .as_ref()
+            .expect("open");
+        let n = of.file.read_at(&mut self.buf[..iosize as usize], off)?;
+        Ok(Some(n as u64))
+    }
+
+    fn write_random(&mut self, id: SetId, iosize: u64, dsync: bool) -> io::Result<Option<u64>> {
+        let Some(slot) = self.next_rotating(id)? else {
+            return Ok(None);
+        };
+        let off = self.random_offset(id, slot, iosize)?;
+        self.buffer(iosize as usize);
+        let of = self.rotating[id as usize].slots[slot]
+            .as_ref()
+            .expect("open");
+        of.file.write_all_at(&self.buf[..iosize as usize], off)?;
+        if dsync {
+            // O_DSYNC: durable before the write returns.
+            of.file.sync()?;
+        }
+        Ok(Some(iosize))
+    }
+
+    /// `hog`: `value` stores to the thread's memory. black_box keeps the
+    /// compiler from folding the loop into one store.
+    fn hog(&mut self, value: u64) {
+        for _ in 0..value {
+            *std::hint::black_box(&mut self.hog_cell) = 1;
+        }
+    }
+
     fn delete(&mut self, set: &SetState<F::Name>) -> io::Result<Option<u64>> {
         let Some(i) = self.pick(set, PickKind::ExistingClosed) else {
             return Ok(None);
@@ -488,6 +714,29 @@ impl<F: MicroFs> Worker<'_, '_, F> {
         let r = self.fs.stat(&set.names[i]);
         set.picks().release(i, true, 0);
         r.map(|_| Some(0))
+    }
+}
+
+/// A semaphore wait as a flowop result: a timeout carries on (filebench
+/// ignores semtimedop's EAGAIN), a closed semaphore ends the thread's loop.
+fn sem_outcome(w: Waited) -> Option<u64> {
+    match w {
+        Waited::Done | Waited::TimedOut => Some(0),
+        Waited::Closed => None,
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit: oltp keeps
+/// threads x files handles open (2,111 by default), more than the usual
+/// soft limit of 1,024 on kernel targets.
+pub fn raise_open_file_limit() {
+    // SAFETY: getrlimit/setrlimit on a struct we own.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
     }
 }
 

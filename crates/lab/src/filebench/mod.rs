@@ -1,9 +1,10 @@
 //! Filebench personalities on any lab target, with the study run rules.
 //!
 //! [`fileset`] builds filebench's directory tree and file sizes,
-//! [`personality`] holds the flowop loops of fileserver, webproxy,
-//! webserver and varmail, [`engine`] runs the threads of one trial, and
-//! [`stats`] reports per-flowop numbers the way filebench does. [`run`] ties
+//! [`personality`] holds the thread groups and flowop loops of fileserver,
+//! webproxy, webserver, varmail and oltp, [`engine`] runs the threads of one
+//! trial, [`sem`] gives oltp's semblock/sempost semaphores, and [`stats`]
+//! reports per-flowop numbers the way filebench does. [`run`] ties
 //! them together: populate and preallocate once, then several trials, each
 //! on a freshly remounted file system (cold caches), the first discarded.
 
@@ -11,10 +12,11 @@ pub mod engine;
 pub mod fileset;
 mod gamma;
 pub mod personality;
+pub mod sem;
 pub mod stats;
 
 pub use fileset::{Fileset, FilesetSpec, SizeDist, TreeStats};
-pub use personality::{Personality, PersonalityConfig};
+pub use personality::{OltpConfig, Personality, PersonalityConfig};
 
 use crate::stats::Summary;
 use crate::targets::api::{MicroFile, MicroFs};
@@ -44,7 +46,8 @@ pub struct RunConfig {
     pub warmup_seconds: f64,
     /// Length of each trial's measured phase.
     pub run_seconds: f64,
-    /// Optional bound on flowops per trial (all threads together).
+    /// Optional bound on ops per trial (all threads together), counted as
+    /// the IO summary counts them (semaphore and hog flowops do not count).
     pub ops_max: Option<u64>,
     pub seed: u64,
 }
@@ -144,7 +147,8 @@ where
     let setup_seconds = t0.elapsed().as_secs_f64();
     let main = SetState::new(target.fs(), main_set);
     let log = log_set.map(|s| SetState::new(target.fs(), s));
-    let flowops = p.flowops();
+    let workload = p.workload();
+    engine::raise_open_file_limit();
     let limits = TrialLimits {
         warmup: Duration::from_secs_f64(cfg.warmup_seconds),
         run: if cfg.run_seconds > 0.0 {
@@ -164,8 +168,7 @@ where
             target.fs(),
             &main,
             log.as_ref(),
-            &flowops,
-            p.threads,
+            &workload,
             limits,
             cfg.seed.wrapping_add(index as u64 * 7919),
             interrupted,

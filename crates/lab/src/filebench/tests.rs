@@ -13,6 +13,9 @@ fn tiny(p: Personality) -> RunConfig {
     if p == Personality::Fileserver {
         pc.dir_width = 5.0;
     }
+    if p == Personality::Oltp {
+        pc = tiny_oltp();
+    }
     RunConfig {
         personality: pc,
         trials: 3,
@@ -24,6 +27,31 @@ fn tiny(p: Personality) -> RunConfig {
         ops_max: Some(600),
         seed: 11,
     }
+}
+
+/// oltp with oltp.f's structure at a size that loops many times in 600 ops:
+/// 4 data files of 256 KiB, 4 shadows, 2 database writers doing 10 writes
+/// per loop, and semaphore values that let the writers run every few dozen
+/// reads.
+fn tiny_oltp() -> PersonalityConfig {
+    let mut pc = PersonalityConfig::defaults(Personality::Oltp);
+    pc.files = 4;
+    pc.threads = 4;
+    pc.mean_file_size_bytes = 256 * 1024;
+    pc.oltp = Some(OltpConfig {
+        db_writers: 2,
+        log_file_size_bytes: 1 << 20,
+        log_iosize_bytes: 64 * 1024,
+        dbwr_iters: 10,
+        dbwr_hog: 100,
+        shadow_hog: 1_000,
+        lg_block_value: 32,
+        lg_block_highwater: 10,
+        dbwr_block_value: 10,
+        dbwr_block_highwater: 20,
+        ..OltpConfig::default()
+    });
+    pc
 }
 
 fn shm_dir() -> std::path::PathBuf {
@@ -43,23 +71,32 @@ fn check(result: &RunResult, cfg: &RunConfig, remounted: bool) {
     let s = result.ops_per_sec.expect("two kept trials");
     assert_eq!(s.n, 2);
     assert!(s.mean > 0.0);
-    let flowops = cfg.personality.flowops();
-    // Over all trials every flowop of the loop ran.
+    let workload = cfg.personality.workload();
+    let flowops = &workload.flowops;
+    // Over all trials every flowop of every loop ran.
     for (i, f) in flowops.iter().enumerate() {
         let ops: u64 = result.trials.iter().map(|t| t.flowops[i].ops).sum();
         assert!(ops > 0, "{name}: {} never ran", f.name);
     }
     for t in &result.trials {
         assert_eq!(t.flowops.len(), flowops.len());
-        // Each thread runs the loop in order and records from the phase
-        // switch to the stop, so counts differ by at most one partial loop
-        // at each end per thread.
-        let max = t.flowops.iter().map(|f| f.ops).max().unwrap();
-        let min = t.flowops.iter().map(|f| f.ops).min().unwrap();
-        assert!(
-            max - min <= cfg.personality.threads as u64 * 2,
-            "{name}: {min}..{max}"
-        );
+        // Each thread runs its group's loop in order and records from the
+        // phase switch to the stop, so within a group the loop counts
+        // (ops / iters) differ by at most one partial loop at each end per
+        // thread.
+        for g in &workload.groups {
+            let loops = || {
+                g.flowops
+                    .clone()
+                    .map(|i| t.flowops[i].ops / u64::from(flowops[i].iters))
+            };
+            let (min, max) = (loops().min().unwrap(), loops().max().unwrap());
+            assert!(
+                max - min <= g.instances as u64 * 2,
+                "{name} {}: {min}..{max}",
+                g.name
+            );
+        }
         assert!(t.summary.ops_per_sec > 0.0);
         assert!(t.cpu.user_seconds + t.cpu.system_seconds > 0.0);
         for f in &t.flowops {
@@ -160,5 +197,108 @@ fn op_limit_bounds_a_trial() {
         tr.summary.ops >= 2_000 && tr.summary.ops < 200_000,
         "{}",
         tr.summary.ops
+    );
+}
+
+fn scratch(tag: &str) -> DirTarget {
+    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-{tag}", std::process::id()));
+    DirTarget::new(ScratchDir::create(dir).unwrap())
+}
+
+fn ops_of(t: &TrialResult, name: &str) -> u64 {
+    t.flowops.iter().find(|f| f.name == name).unwrap().ops
+}
+
+#[test]
+fn oltp_op_limit_stops_threads_blocked_on_semaphores() {
+    // The writers wait for 2^30 posts, far more than this trial does, so at
+    // the op limit they are blocked in their semblock (and the shadows, past
+    // the highwater mark, in their sempost). The trial must still end (the
+    // semaphores are closed) and not count the unfinished waits.
+    let mut pc = tiny_oltp();
+    pc.oltp = Some(OltpConfig {
+        db_writers: 2,
+        log_file_size_bytes: 1 << 20,
+        log_iosize_bytes: 64 * 1024,
+        lg_block_value: 1 << 30,
+        dbwr_block_value: 1 << 30,
+        ..OltpConfig::default()
+    });
+    let cfg = RunConfig {
+        personality: pc,
+        trials: 1,
+        warmup_seconds: 0.0,
+        run_seconds: 60.0,
+        ops_max: Some(300),
+        seed: 5,
+    };
+    let mut t = scratch("oltp-stop");
+    let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
+    let tr = &r.trials[0];
+    assert!(r.stopped_early.is_none(), "{:?}", r.stopped_early);
+    assert!(tr.seconds < 20.0, "took {} s", tr.seconds);
+    assert_eq!(ops_of(tr, "lg-block"), 0, "2^30 posts never arrived");
+    assert_eq!(ops_of(tr, "dbwr-block"), 0, "2^30 posts never arrived");
+    // The shadows stopped at the highwater mark: 1000 posts to the log
+    // writer's semaphore (a read ends each loop before the post).
+    let reads = ops_of(tr, "shadowread");
+    assert!(reads <= 1000 + 4, "{reads} reads");
+    // Before blocking, each writer did at most its first loop's writes.
+    assert!(ops_of(tr, "dbwrite-a") <= 2 * 100);
+    assert!(ops_of(tr, "lg-write") <= 1);
+    assert!(tr.summary.ops >= 300, "{}", tr.summary.ops);
+}
+
+#[test]
+fn oltp_semaphores_pace_writers_by_reads() {
+    // highwater 0: a shadow's blocking post waits until the writer's
+    // semblock has made room, and the writer passes its semblock only after
+    // `value` posts. So each database writer does `iters` writes per
+    // `value` reads and the log writer one write per `lg value` reads,
+    // whatever the relative speeds of the threads.
+    let mut pc = tiny_oltp();
+    pc.threads = 3;
+    pc.oltp = Some(OltpConfig {
+        db_writers: 1,
+        dbwr_iters: 5,
+        dbwr_block_value: 10,
+        dbwr_block_highwater: 0,
+        lg_block_value: 32,
+        lg_block_highwater: 0,
+        ..tiny_oltp().oltp()
+    });
+    let cfg = RunConfig {
+        personality: pc,
+        trials: 1,
+        warmup_seconds: 0.0,
+        run_seconds: 60.0,
+        ops_max: Some(3_000),
+        seed: 9,
+    };
+    let mut t = scratch("oltp-pace");
+    let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
+    let tr = &r.trials[0];
+    let reads = ops_of(tr, "shadowread");
+    let writes = ops_of(tr, "dbwrite-a");
+    let log = ops_of(tr, "lg-write");
+    assert!(reads > 1_000, "{reads} reads");
+    // Loop boundaries allow one loop of slack on each side.
+    let want = reads as f64 * 5.0 / 10.0;
+    assert!(
+        (writes as f64 - want).abs() <= 5.0 * 3.0 + 10.0,
+        "{writes} writes for {reads} reads"
+    );
+    let want_log = reads as f64 / 32.0;
+    assert!(
+        (log as f64 - want_log).abs() <= 3.0,
+        "{log} log writes for {reads} reads"
+    );
+    // Every read is 2 KiB at a 2 KiB-aligned offset inside the file.
+    let rd = tr.flowops.iter().find(|f| f.name == "shadowread").unwrap();
+    assert_eq!(rd.bytes, reads * 2048);
+    assert_eq!(
+        tr.summary.ops,
+        reads + writes + log,
+        "semaphores and hog are not in the IO summary"
     );
 }

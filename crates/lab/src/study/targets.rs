@@ -3,7 +3,9 @@
 //! device, and on request any mounted directory (`dir:PATH`).
 
 use super::nvm2015::StudyWorkload;
-use crate::filebench::{self, LabTarget, Progress, RunConfig, RunResult};
+use crate::filebench::{
+    self, LabTarget, Personality, PersonalityConfig, Progress, RunConfig, RunResult,
+};
 use crate::kernel::{self, Availability, Provisioned};
 use crate::targets::fuse::{self, FuseTarget};
 use crate::targets::nvmfs::NvmfsTarget;
@@ -56,12 +58,21 @@ pub fn is_kernel_variant(name: &str) -> bool {
 /// 8 GiB so that XFS can have many allocation groups (the paper's 464 needs
 /// 30 GiB). The devices are sparse files, so only written blocks use memory.
 pub fn device_size_bytes(workloads: &[StudyWorkload]) -> u64 {
-    let largest = workloads
-        .iter()
-        .map(|w| w.config.files as u64 * w.config.mean_file_size_bytes)
-        .max()
-        .unwrap_or(0);
+    device_size_for(workloads.iter().map(|w| &w.config))
+}
+
+/// [`device_size_bytes`] for any personality configurations.
+pub fn device_size_for<'a>(configs: impl Iterator<Item = &'a PersonalityConfig>) -> u64 {
+    let largest = configs.map(fileset_bytes).max().unwrap_or(0);
     ((largest * 3 + 2 * GIB).div_ceil(GIB) * GIB).max(8 * GIB)
+}
+
+/// Mean bytes of a personality's filesets (main and log).
+fn fileset_bytes(c: &PersonalityConfig) -> u64 {
+    let log = c
+        .log_fileset()
+        .map_or(0, |l| l.entries as u64 * l.mean_size_bytes);
+    c.files as u64 * c.mean_file_size_bytes + log
 }
 
 /// nvmfs image size for one workload: the fileset twice over, 512 MiB, and
@@ -73,8 +84,9 @@ pub fn device_size_bytes(workloads: &[StudyWorkload]) -> u64 {
 /// about a second per GiB on this machine.
 pub fn nvmfs_image_bytes(run: &RunConfig) -> u64 {
     let c = &run.personality;
-    let fileset = c.files as u64 * c.mean_file_size_bytes;
-    let log = if c.log_fileset().is_some() {
+    let fileset = fileset_bytes(c);
+    // Only webserver's log grows (appends); oltp writes inside its files.
+    let log = if c.personality == Personality::Webserver {
         let seconds = run.trials as f64 * (run.warmup_seconds + run.run_seconds);
         let by_time = (seconds.max(0.0) * 256.0) as u64 * (1 << 20);
         let by_ops = run.ops_max.map_or(u64::MAX, |n| {
@@ -232,6 +244,15 @@ fn nvmfs_inodes(run: &RunConfig) -> u64 {
 }
 
 impl StudyTarget {
+    /// A fresh subdirectory `name` of `parent` (`nvmfs bench filebench`'s
+    /// `tmpfs` and `dir:PATH`), removed with its contents when the target is
+    /// closed or dropped.
+    pub fn dir(parent: &Path, name: &str) -> io::Result<StudyTarget> {
+        Ok(StudyTarget::Dir(DirTarget::new(ScratchDir::create(
+            parent.join(name),
+        )?)))
+    }
+
     /// Fresh nvmfs image or fresh mkfs; everything is removed on drop.
     pub fn create(
         t: &TargetEntry,
@@ -262,9 +283,7 @@ impl StudyTarget {
                 let fs = SysFs::new(prov.mount_point());
                 Ok(StudyTarget::Kernel(Box::new(KernelTarget { prov, fs })))
             }
-            Kind::Dir(p) => Ok(StudyTarget::Dir(DirTarget::new(ScratchDir::create(
-                p.join(scratch_name("")),
-            )?))),
+            Kind::Dir(p) => StudyTarget::dir(p, &scratch_name("")),
             Kind::Missing => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!("{}: not available on this machine", t.name),
