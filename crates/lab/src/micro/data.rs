@@ -14,7 +14,7 @@ pub const CHUNK: usize = 1 << 20;
 pub const MMAP_IO: usize = 1024;
 /// Seed of the store buffer of mmap-store-1k (tests rebuild it).
 pub const MMAP_STORE_SEED: u64 = 9;
-/// Seed of mmap-load/store-1k's offset sequence (tests replay it).
+/// Seed of mmap-load/store-1k's offset sequence.
 pub const MMAP_OFFSET_SEED: u64 = 1024;
 
 /// Non-zero bytes, so no target can take a shortcut for zero-filled data.
@@ -104,19 +104,22 @@ pub fn sequential_1m<F: MicroFs>(s: &mut Session<'_, F>, write: bool) -> io::Res
 }
 
 /// fio's mmap engine: one memcpy out of (load) or into (store) a shared
-/// mapping of the whole file at an offset chosen by `next`. No msync per op
+/// mapping of the whole file at a uniformly random 1 KiB-aligned offset
+/// (fixed seed: every target sees the same sequence). No msync per op
 /// (fio's default); see [`mmap_1k`] for the one at the end.
-pub struct MmapIo<M, Next> {
+pub struct MmapIo<M> {
     pub map: M,
     pub buf: Vec<u8>,
     pub store: bool,
+    /// The offset of the next op (set by `prepare`).
     pub offset: u64,
-    pub next: Next,
+    rng: fastrand::Rng,
+    slots: u64,
 }
 
-impl<M: MicroMap, Next: FnMut() -> u64> Workload for MmapIo<M, Next> {
+impl<M: MicroMap> Workload for MmapIo<M> {
     fn prepare(&mut self) -> io::Result<bool> {
-        self.offset = (self.next)();
+        self.offset = self.rng.u64(0..self.slots) * MMAP_IO as u64;
         Ok(true)
     }
 
@@ -129,14 +132,6 @@ impl<M: MicroMap, Next: FnMut() -> u64> Workload for MmapIo<M, Next> {
     }
 }
 
-/// The random 1 KiB-aligned offsets of mmap-load/store-1k in a mapping of
-/// `len` bytes (fixed seed: every target sees the same sequence).
-pub fn mmap_offsets(len: u64) -> impl FnMut() -> u64 {
-    let slots = len / MMAP_IO as u64;
-    let mut rng = fastrand::Rng::with_seed(MMAP_OFFSET_SEED);
-    move || rng.u64(0..slots) * MMAP_IO as u64
-}
-
 /// The mmap workload on `file` (open read-write), ready to measure; also
 /// returns how long making the map took (untimed setup: mmap on kernel
 /// targets, block resolution and hole allocation on nvmfs).
@@ -144,19 +139,25 @@ pub fn mmap_workload<F: MicroFs>(
     fs: &F,
     file: &F::File,
     store: bool,
-) -> io::Result<(MmapIo<F::Map, impl FnMut() -> u64>, Duration)> {
+) -> io::Result<(MmapIo<F::Map>, Duration)> {
     let t = Instant::now();
     let map = fs.map(file)?;
     let took = t.elapsed();
-    let next = mmap_offsets(map.len());
-    let buf = pattern(MMAP_IO, MMAP_STORE_SEED);
+    let slots = map.len() / MMAP_IO as u64;
+    if slots == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "mmap workloads need a file of at least 1 KiB",
+        ));
+    }
     Ok((
         MmapIo {
             map,
-            buf,
+            buf: pattern(MMAP_IO, MMAP_STORE_SEED),
             store,
             offset: 0,
-            next,
+            rng: fastrand::Rng::with_seed(MMAP_OFFSET_SEED),
+            slots,
         },
         took,
     ))

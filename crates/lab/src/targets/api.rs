@@ -53,6 +53,9 @@ pub trait MicroFile {
 pub trait MicroMap {
     /// Length of the mapping (the file's size when it was mapped).
     fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Copies `buf.len()` bytes at `offset` out of the mapping.
     fn load(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Copies `buf` into the mapping at `offset` (not durable until `sync`).
