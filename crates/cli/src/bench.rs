@@ -77,13 +77,23 @@ pub struct ScaleArgs {
         in which every operation's latency is recorded. nvmfs operations are durable when they \
         return; the kernel targets use plain system calls without fsync. seqread-1m also gets \
         a memcpy reference row.\n\n\
+        mmap-load-1k / mmap-store-1k follow fio's mmap engine (seed 000's study): the whole data \
+        file mapped MAP_SHARED (nvmfs, which has no mmap: File::map_direct, its DAX-style direct \
+        map), one random 1 KiB-aligned memcpy out of or into the mapping per op, no msync per \
+        op; after mmap-store-1k one msync(MS_SYNC) is timed and reported on its own \
+        (final_sync_s), not in ops/s. The metadata workloads create-16k, stat, open-read-16k and \
+        unlink keep all --files files in one flat directory; their -deep variants place the \
+        same number of files --depth directories deep, in a tree as narrow as the count \
+        allows.\n\n\
         Progress goes to stderr, the result table to stdout, and with --json FILE the records \
         to FILE as a JSON array. Ctrl-C stops after the current step and removes the scratch \
         files; a second Ctrl-C quits at once.",
     after_help = "Exit status: 0 on success, 1 on error, 130 when interrupted.\n\n\
         Examples:\n  nvmfs bench micro\n  \
         nvmfs bench micro --target nvmfs --target dir:/mnt/ext4 --workload stat --seconds 3\n  \
-        nvmfs bench micro --file-size 64M --files 1000 --image-size 512M --json micro.json"
+        nvmfs bench micro --file-size 64M --files 1000 --image-size 512M --json micro.json\n  \
+        nvmfs bench micro -w mmap-load-1k -w mmap-store-1k --file-size 2G --image-size 3G\n  \
+        nvmfs bench micro -w stat -w stat-deep --depth 8"
 )]
 pub struct MicroArgs {
     /// Where to run, in order (repeat for several): `nvmfs` (the library in-process on a fresh
@@ -105,17 +115,22 @@ pub struct MicroArgs {
     ))]
     seconds: Option<f64>,
     #[arg(long, value_name = "SIZE", value_parser = parse_size, help = with_default(
-        "Size of the data file of randread/overwrite/seqread/seqwrite (at least 1M)",
+        "Size of the data file of randread/overwrite/seqread/seqwrite/mmap (at least 1M)",
         format_size(MicroConfig::default().file_size_bytes),
     ))]
     file_size: Option<u64>,
     #[arg(long, value_name = "N", help = with_default(
-        "Number of 16 KiB files of create/stat/open-read/unlink",
+        "Number of 16 KiB files of create/stat/open-read/unlink and their -deep variants",
         MicroConfig::default().file_count.to_string(),
     ))]
     files: Option<usize>,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=micro::MAX_TREE_DEPTH as i64), help = with_default(
+        "Directory levels above each file in the -deep metadata workloads",
+        MicroConfig::default().tree_depth.to_string(),
+    ))]
+    depth: Option<u32>,
     #[arg(long, value_name = "SIZE", value_parser = parse_size, help = with_default(
-        "Size of the nvmfs image; it must hold the data file and two sets of --files files",
+        "Size of the nvmfs image; it must hold the data file and three sets of --files files",
         format_size(MicroConfig::default().image_size_bytes),
     ))]
     image_size: Option<u64>,
@@ -215,6 +230,7 @@ fn run_micro(args: &MicroArgs) -> u8 {
         seconds: args.seconds.unwrap_or(d.seconds),
         file_size_bytes: args.file_size.unwrap_or(d.file_size_bytes),
         file_count: args.files.unwrap_or(d.file_count),
+        tree_depth: args.depth.unwrap_or(d.tree_depth),
         image_size_bytes: args.image_size.unwrap_or(d.image_size_bytes),
         shm_dir: args.shm_dir.clone().unwrap_or(d.shm_dir),
     };

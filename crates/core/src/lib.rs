@@ -26,8 +26,8 @@ pub mod media;
 pub mod testing;
 
 pub use fs::{
-    DirEntry, File, FormatOptions, Fs, Metadata, MountOptions, OpenOptions, RecoveryReport,
-    RenameFlags, SetAttr, SetTime, Statfs,
+    DirEntry, DirectMap, File, FormatOptions, Fs, Metadata, MountOptions, OpenOptions,
+    RecoveryReport, RenameFlags, SetAttr, SetTime, Statfs,
 };
 pub use layout::inode::FileType;
 pub use layout::Corrupted;

@@ -222,9 +222,7 @@ impl Inner {
         let base = self.geo.inode_off(ino as u64);
         let now = now_ns();
         if claims.is_empty() && new_size == i.size {
-            self.pm.store_u64(base + inode::O_MTIME as u64, now as u64);
-            self.pm.store_u64(base + inode::O_CTIME as u64, now as u64);
-            self.pm.persist(base, 64);
+            self.stamp_times(ino, now);
             self.pm.fence();
             return;
         }
@@ -255,6 +253,15 @@ impl Inner {
         self.pm.store_u64(base + inode::O_CTIME as u64, now as u64);
         self.pm.persist(base, 64);
         self.pm.fence();
+    }
+
+    /// Stores mtime and ctime (line 0 of the record) and writes the line back; not fenced.
+    /// The caller holds the inode's stripe write lock.
+    pub(crate) fn stamp_times(&self, ino: u32, now: i64) {
+        let base = self.geo.inode_off(ino as u64);
+        self.pm.store_u64(base + inode::O_MTIME as u64, now as u64);
+        self.pm.store_u64(base + inode::O_CTIME as u64, now as u64);
+        self.pm.persist(base, 64);
     }
 
     /// Maps blocks filling holes inside EOF, which are visible the moment they are mapped, in
@@ -328,6 +335,12 @@ impl Inner {
             self.pm.persist(base, 64);
             self.pm.fence();
         } else if size < i.size || i.falloc_end > 0 {
+            // A live DirectMap points at the blocks of [0, its length): freeing them would
+            // leave it storing into blocks that another file may get. Refused, not deferred
+            // (see DirectMap).
+            if size < self.open.mapped_len(ino) {
+                return Err(errno(libc::EBUSY));
+            }
             let old_end = i.map_end();
             i.size = size;
             i.falloc_end = 0;
@@ -378,6 +391,10 @@ impl Inner {
         let mut i = self.inode(ino)?;
         check_regular(&i)?;
         if punch {
+            // Punching a hole under a live DirectMap would free blocks it points at.
+            if off < self.open.mapped_len(ino) {
+                return Err(errno(libc::EBUSY));
+            }
             return self.punch_hole(ino, &mut i, off, end);
         }
         let mut cache = TranslationCache::default();
@@ -472,7 +489,7 @@ fn split_hole_fills(i: &Inode, claims: &[NewBlock]) -> (Vec<NewBlock>, Vec<NewBl
     claims.iter().partition(|&&(_, l)| (l as u64) < limit)
 }
 
-fn check_regular(i: &Inode) -> io::Result<()> {
+pub(super) fn check_regular(i: &Inode) -> io::Result<()> {
     match i.file_type() {
         Some(FileType::File) => Ok(()),
         Some(FileType::Dir) => Err(errno(libc::EISDIR)),

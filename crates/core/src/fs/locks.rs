@@ -49,7 +49,8 @@ impl Stripes {
 
 /// How many handles hold each inode open, and whether it lost its last link meanwhile. An
 /// unlinked inode is freed when its count drops to zero; open handles keep its data readable
-/// meanwhile (POSIX unlink-while-open).
+/// meanwhile (POSIX unlink-while-open). It also records the byte length of every live
+/// `DirectMap` of an inode: while one exists, the blocks under it must not be freed.
 pub struct OpenTable {
     shards: Vec<Mutex<hashbrown::HashMap<u32, OpenEntry>>>,
 }
@@ -58,6 +59,8 @@ pub struct OpenTable {
 struct OpenEntry {
     count: u32,
     unlinked: bool,
+    /// Lengths of the inode's live direct maps (each also holds an open reference).
+    maps: Vec<u64>,
 }
 
 impl Default for OpenTable {
@@ -103,6 +106,30 @@ impl OpenTable {
             }
             None => false,
         }
+    }
+
+    /// Records a direct map of `[0, len)` of `ino`. The caller holds an open reference and
+    /// the inode's stripe lock (so no truncate or punch hole runs meanwhile).
+    pub fn add_map(&self, ino: u32, len: u64) {
+        self.shard(ino).entry(ino).or_default().maps.push(len);
+    }
+
+    /// Forgets one direct map of `ino` of length `len` (before its open reference goes).
+    pub fn remove_map(&self, ino: u32, len: u64) {
+        if let Some(e) = self.shard(ino).get_mut(&ino) {
+            if let Some(k) = e.maps.iter().position(|&l| l == len) {
+                e.maps.swap_remove(k);
+            }
+        }
+    }
+
+    /// The longest live direct map of `ino` (0: none). Blocks of `[0, mapped_len)` must not
+    /// be freed while it is non-zero.
+    pub fn mapped_len(&self, ino: u32) -> u64 {
+        self.shard(ino)
+            .get(&ino)
+            .and_then(|e| e.maps.iter().copied().max())
+            .unwrap_or(0)
     }
 
     pub fn open_count(&self) -> usize {

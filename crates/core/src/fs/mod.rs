@@ -3,6 +3,7 @@
 
 mod data;
 pub mod dir;
+mod direct;
 mod locks;
 pub(crate) mod mount;
 mod ops;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLockReadGuard, RwLockWriteGuard};
 
+pub use direct::DirectMap;
 pub use mount::{FormatOptions, MountOptions, RecoveryReport};
 pub use ops::{DirEntry, RenameFlags, SetAttr, SetTime, Statfs};
 pub use path::{File, OpenOptions};

@@ -546,6 +546,21 @@ impl File {
         self.sync_all()
     }
 
+    /// Maps `[0, size)` of the file for direct access (DAX-style `mmap(MAP_SHARED)`): loads
+    /// and stores on the returned [`DirectMap`] are plain copies out of and into the media,
+    /// without journal or fence; stores are durable only after [`DirectMap::sync`] and are
+    /// not atomic. A handle opened for writing (on a read-write mount) gives a writable map
+    /// and allocates the file's holes first (like `MAP_POPULATE`); a read-only handle gives a
+    /// read-only map and fails with `EINVAL` if the file has holes. `EACCES` if the handle is
+    /// not open for reading. While the map lives, a truncate below its length or a punch hole
+    /// starting below it fails with `EBUSY`; unlink is deferred as for an open file.
+    pub fn map_direct(&self) -> io::Result<super::DirectMap> {
+        if !self.readable {
+            return Err(errno(libc::EACCES));
+        }
+        super::DirectMap::new(&self.fs, self.ino, self.writable)
+    }
+
     /// fallocate(2) on this file.
     pub fn allocate(&self, mode: i32, offset: u64, len: u64) -> io::Result<()> {
         if !self.writable {

@@ -1,13 +1,21 @@
 //! Data-path workloads: 4 KiB random and 1 MiB sequential I/O on one big
-//! pre-written file, and 4 KiB appends.
+//! pre-written file, 1 KiB random loads and stores on a shared mapping of
+//! it (fio's mmap engine), and 4 KiB appends.
 
 use super::measure::{measure, Measured, Workload};
 use super::session::Session;
-use crate::targets::api::{MicroFile, MicroFs};
+use crate::targets::api::{MicroFile, MicroFs, MicroMap};
 use std::io;
+use std::time::{Duration, Instant};
 
 pub const BLOCK: usize = 4096;
 pub const CHUNK: usize = 1 << 20;
+/// The I/O size of seed 000's fio mmap runs (MongoDB's, in the study).
+pub const MMAP_IO: usize = 1024;
+/// Seed of the store buffer of mmap-store-1k (tests rebuild it).
+pub const MMAP_STORE_SEED: u64 = 9;
+/// Seed of mmap-load/store-1k's offset sequence.
+pub const MMAP_OFFSET_SEED: u64 = 1024;
 
 /// Non-zero bytes, so no target can take a shortcut for zero-filled data.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -19,7 +27,7 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 
 /// The shared data file, written (untimed) the first time a workload needs
 /// it and then reused, so a 1 GiB file is written once per target.
-fn data_file<'s, F: MicroFs>(s: &'s mut Session<'_, F>) -> io::Result<&'s F::Name> {
+pub(crate) fn data_file<'s, F: MicroFs>(s: &'s mut Session<'_, F>) -> io::Result<&'s F::Name> {
     if s.data_file.is_none() {
         let size = s.params.data_size;
         s.say(&format!("setup: writing {} MiB data file", size >> 20));
@@ -93,6 +101,98 @@ pub fn sequential_1m<F: MicroFs>(s: &mut Session<'_, F>, write: bool) -> io::Res
         },
     };
     measure(&mut w, &s.limits())
+}
+
+/// fio's mmap engine: one memcpy out of (load) or into (store) a shared
+/// mapping of the whole file at a uniformly random 1 KiB-aligned offset
+/// (fixed seed: every target sees the same sequence). No msync per op
+/// (fio's default); see [`mmap_1k`] for the one at the end.
+pub struct MmapIo<M> {
+    pub map: M,
+    pub buf: Vec<u8>,
+    pub store: bool,
+    /// The offset of the next op (set by `prepare`).
+    pub offset: u64,
+    rng: fastrand::Rng,
+    slots: u64,
+}
+
+impl<M: MicroMap> Workload for MmapIo<M> {
+    fn prepare(&mut self) -> io::Result<bool> {
+        self.offset = self.rng.u64(0..self.slots) * MMAP_IO as u64;
+        Ok(true)
+    }
+
+    fn op(&mut self) -> io::Result<()> {
+        if self.store {
+            self.map.store(self.offset, &self.buf)
+        } else {
+            self.map.load(self.offset, &mut self.buf)
+        }
+    }
+}
+
+/// The mmap workload on `file` (open read-write), ready to measure; also
+/// returns how long making the map took (untimed setup: mmap on kernel
+/// targets, block resolution and hole allocation on nvmfs).
+pub fn mmap_workload<F: MicroFs>(
+    fs: &F,
+    file: &F::File,
+    store: bool,
+) -> io::Result<(MmapIo<F::Map>, Duration)> {
+    let t = Instant::now();
+    let map = fs.map(file)?;
+    let took = t.elapsed();
+    let slots = map.len() / MMAP_IO as u64;
+    if slots == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "mmap workloads need a file of at least 1 KiB",
+        ));
+    }
+    Ok((
+        MmapIo {
+            map,
+            buf: pattern(MMAP_IO, MMAP_STORE_SEED),
+            store,
+            offset: 0,
+            rng: fastrand::Rng::with_seed(MMAP_OFFSET_SEED),
+            slots,
+        },
+        took,
+    ))
+}
+
+/// mmap-load-1k / mmap-store-1k: uniformly random 1 KiB-aligned loads or
+/// stores on a MAP_SHARED mapping of the whole data file. After a store
+/// run, one msync(MS_SYNC) makes the stores (warm-up included) durable; it
+/// is timed on its own and returned, not counted in the ops.
+pub fn mmap_1k<F: MicroFs>(
+    s: &mut Session<'_, F>,
+    store: bool,
+) -> io::Result<(Measured, Vec<String>, Option<Duration>)> {
+    let fs = s.fs;
+    let file = fs.open_rw(data_file(s)?)?;
+    let (mut w, map_time) = mmap_workload(fs, &file, store)?;
+    let m = measure(&mut w, &s.limits())?;
+    let mut notes = vec![format!(
+        "map of {} MiB made in {} before the run (untimed)",
+        w.map.len() >> 20,
+        super::report::format_ns(map_time.as_nanos() as u64)
+    )];
+    let sync = if store {
+        let t = Instant::now();
+        w.map.sync()?;
+        let took = t.elapsed();
+        notes.push(format!(
+            "msync(MS_SYNC) after the measured phase: {} (not in ops/s)",
+            super::report::format_ns(took.as_nanos() as u64)
+        ));
+        Some(took)
+    } else {
+        None
+    };
+    Ok((m, notes, sync))
 }
 
 /// 4 KiB appends to one file. The file is bounded (memory is), so when it

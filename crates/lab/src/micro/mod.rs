@@ -16,6 +16,7 @@ mod report;
 mod session;
 
 pub use measure::Percentiles;
+pub use meta::Layout;
 pub use report::{format_table, print_table, to_json, write_json, Record, TargetKind};
 
 use std::fmt;
@@ -25,6 +26,8 @@ use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
+/// Deepest tree of the -deep workloads (paths stay well under PATH_MAX).
+pub const MAX_TREE_DEPTH: u32 = 64;
 
 /// What to benchmark and how big.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,10 +41,14 @@ pub struct MicroConfig {
     /// Size of the pre-written file of randread/overwrite/seqread/seqwrite,
     /// also the size at which append-4k starts a new file. At least 1 MiB.
     pub file_size_bytes: u64,
-    /// Files in the directory of create/stat/open-read/unlink.
+    /// Files in the directory of create/stat/open-read/unlink (and in the
+    /// tree of their -deep variants).
     pub file_count: usize,
+    /// Directory levels above each file in the -deep metadata workloads
+    /// (at least 1); the tree's width follows from `file_count`.
+    pub tree_depth: u32,
     /// Size of the nvmfs image. It must hold the data file, the append file
-    /// and two sets of `file_count` 16 KiB files at the same time.
+    /// and three sets of `file_count` 16 KiB files at the same time.
     pub image_size_bytes: u64,
     /// Where the nvmfs image and the tmpfs directory are created (a tmpfs).
     pub shm_dir: PathBuf,
@@ -58,6 +65,7 @@ impl Default for MicroConfig {
             seconds: 1.0,
             file_size_bytes: GIB,
             file_count: 10_000,
+            tree_depth: 6,
             image_size_bytes: 2 * GIB + 512 * MIB,
             shm_dir: PathBuf::from("/dev/shm"),
         }
@@ -123,34 +131,52 @@ enum WorkloadId {
     Append4k,
     SeqRead1m,
     SeqWrite1m,
+    MmapLoad1k,
+    MmapStore1k,
     Create16k,
+    Create16kDeep,
     Stat,
+    StatDeep,
     OpenRead16k,
+    OpenRead16kDeep,
     Unlink,
+    UnlinkDeep,
 }
 
-const WORKLOADS: [WorkloadId; 9] = [
+const WORKLOADS: [WorkloadId; 15] = [
     WorkloadId::RandRead4k,
     WorkloadId::Overwrite4k,
     WorkloadId::Append4k,
     WorkloadId::SeqRead1m,
     WorkloadId::SeqWrite1m,
+    WorkloadId::MmapLoad1k,
+    WorkloadId::MmapStore1k,
     WorkloadId::Create16k,
+    WorkloadId::Create16kDeep,
     WorkloadId::Stat,
+    WorkloadId::StatDeep,
     WorkloadId::OpenRead16k,
+    WorkloadId::OpenRead16kDeep,
     WorkloadId::Unlink,
+    WorkloadId::UnlinkDeep,
 ];
 
-const WORKLOAD_NAMES: [&str; 9] = [
+const WORKLOAD_NAMES: [&str; 15] = [
     "randread-4k",
     "overwrite-4k",
     "append-4k",
     "seqread-1m",
     "seqwrite-1m",
+    "mmap-load-1k",
+    "mmap-store-1k",
     "create-16k",
+    "create-16k-deep",
     "stat",
+    "stat-deep",
     "open-read-16k",
+    "open-read-16k-deep",
     "unlink",
+    "unlink-deep",
 ];
 
 impl WorkloadId {
@@ -167,12 +193,30 @@ impl WorkloadId {
 
     /// Bytes moved per op, for throughput (0 for metadata workloads).
     fn bytes_per_op(self) -> u64 {
+        use WorkloadId::*;
         match self {
-            WorkloadId::RandRead4k | WorkloadId::Overwrite4k | WorkloadId::Append4k => 4096,
-            WorkloadId::SeqRead1m | WorkloadId::SeqWrite1m => MIB,
-            WorkloadId::Create16k | WorkloadId::OpenRead16k => 16 * 1024,
-            WorkloadId::Stat | WorkloadId::Unlink => 0,
+            RandRead4k | Overwrite4k | Append4k => 4096,
+            SeqRead1m | SeqWrite1m => MIB,
+            MmapLoad1k | MmapStore1k => 1024,
+            Create16k | OpenRead16k | Create16kDeep | OpenRead16kDeep => 16 * 1024,
+            Stat | Unlink | StatDeep | UnlinkDeep => 0,
         }
+    }
+
+    /// The file layout of a metadata workload (`None` for data workloads).
+    fn layout(self, p: &Params) -> Option<meta::Layout> {
+        use WorkloadId::*;
+        match self {
+            Create16k | Stat | OpenRead16k | Unlink => Some(meta::Layout::Flat),
+            Create16kDeep | StatDeep | OpenRead16kDeep | UnlinkDeep => Some(p.deep),
+            _ => None,
+        }
+    }
+
+    /// Loads and stores through a shared mapping: their stores are not
+    /// durable per op on any target (fio's mmap engine does no msync per op).
+    fn is_mmap(self) -> bool {
+        matches!(self, WorkloadId::MmapLoad1k | WorkloadId::MmapStore1k)
     }
 }
 
@@ -189,6 +233,8 @@ struct Params {
     /// Data file size, a multiple of 1 MiB.
     data_size: u64,
     file_count: usize,
+    /// The tree of the -deep metadata workloads (`file_count` files).
+    deep: meta::Layout,
     /// Extra files for unlink's warm-up, so the measured phase still has
     /// `file_count` files to remove.
     unlink_reserve: usize,
@@ -214,14 +260,25 @@ impl Params {
         if cfg.file_count == 0 {
             return Err(invalid("file count must be at least 1".into()));
         }
+        if !(1..=MAX_TREE_DEPTH).contains(&cfg.tree_depth) {
+            return Err(invalid(format!(
+                "tree depth must be 1..={MAX_TREE_DEPTH}, got {}",
+                cfg.tree_depth
+            )));
+        }
         let workloads = select_workloads(&cfg.workloads).map_err(invalid)?;
         let seconds = Duration::from_secs_f64(cfg.seconds);
         // A tenth of the run, but at least a few ms and at most 250 ms.
         let warmup = (seconds / 10).clamp(Duration::from_millis(5), Duration::from_millis(250));
         let unlink_reserve = (cfg.file_count / 10).max(1);
-        // Peak live files: the stat/open-read set plus unlink's set (create's
-        // files are removed before unlink runs), plus directories and slack.
-        let live = 2 * cfg.file_count as u64 + unlink_reserve as u64 + 64;
+        let deep = meta::Layout::deep(cfg.file_count, cfg.tree_depth);
+        let unlink_deep = meta::Layout::deep(cfg.file_count + unlink_reserve, cfg.tree_depth);
+        // Peak live inodes: the flat and deep stat/open-read sets plus one
+        // unlink set (create's files are removed before unlink runs), every
+        // tree's directories (they stay), plus slack.
+        let dirs = 2 * deep.dir_count(cfg.file_count)
+            + unlink_deep.dir_count(cfg.file_count + unlink_reserve);
+        let live = 3 * cfg.file_count as u64 + unlink_reserve as u64 + dirs as u64 + 64;
         Ok(Params {
             workloads,
             limits: measure::Limits {
@@ -231,6 +288,7 @@ impl Params {
             },
             data_size: cfg.file_size_bytes / MIB * MIB,
             file_count: cfg.file_count,
+            deep,
             unlink_reserve,
             inode_count: (live + live / 2).next_power_of_two().max(4096),
         })

@@ -42,6 +42,12 @@ pub struct Record {
     /// `ops_per_sec` over the best kernel target's on this workload;
     /// `None` when no kernel target ran it.
     pub ratio_to_best_kernel: Option<f64>,
+    /// Metadata workloads: directory levels between the workload's
+    /// directory and each file (0 = flat); `None` for data workloads.
+    pub dir_depth: Option<u32>,
+    /// mmap-store-1k: seconds of the one msync(MS_SYNC) after the measured
+    /// phase (not part of `elapsed_s` or `ops_per_sec`); `None` otherwise.
+    pub final_sync_s: Option<f64>,
     pub notes: Vec<String>,
 }
 
@@ -67,6 +73,8 @@ impl Record {
             mib_per_sec: ops_per_sec * bytes_per_op as f64 / (1u64 << 20) as f64,
             latency_ns: m.latency,
             ratio_to_best_kernel: None,
+            dir_depth: None,
+            final_sync_s: None,
             notes,
         }
     }
@@ -106,10 +114,16 @@ pub fn format_table(records: &[Record]) -> String {
         .max()
         .unwrap_or(0)
         .max("target".len());
+    let ww = records
+        .iter()
+        .map(|r| r.workload.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(14);
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<14} {:<tw$} {:>14} {:>9} {:>9} {:>10}",
+        "{:<ww$} {:<tw$} {:>14} {:>9} {:>9} {:>10}",
         "workload", "target", "ops/s", "p50", "p99", "vs kernel"
     );
     for r in records {
@@ -118,7 +132,7 @@ pub fn format_table(records: &[Record]) -> String {
             .map_or_else(|| "-".to_string(), |x| format!("{x:.2}x"));
         let _ = writeln!(
             out,
-            "{:<14} {:<tw$} {:>14} {:>9} {:>9} {:>10}",
+            "{:<ww$} {:<tw$} {:>14} {:>9} {:>9} {:>10}",
             r.workload,
             r.target,
             group_thousands(r.ops_per_sec.round() as u64),

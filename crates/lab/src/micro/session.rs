@@ -8,9 +8,15 @@ use crate::targets::nvmfs::NvmfsTarget;
 use crate::targets::sys::{ScratchDir, SysFs};
 use std::io;
 
-/// Said on every kernel record: the comparison is against plain syscalls.
+/// Said on every kernel record but the mmap ones: the comparison is against
+/// plain syscalls.
 pub const NO_FSYNC_NOTE: &str =
     "plain system calls without fsync; nvmfs operations are durable on return";
+
+/// Said on every mmap record, nvmfs's too: here no target is durable per op.
+pub const MMAP_NOTE: &str = "fio mmap semantics: MAP_SHARED mapping of the whole data file \
+    (nvmfs: File::map_direct), memcpy per op, no msync per op, so stores are durable on no \
+    target until the final msync";
 
 /// Sets up the target, runs the workloads, tears the target down. The
 /// target's guards remove its files when dropped, so `?` cleans up too.
@@ -64,10 +70,20 @@ pub struct Session<'a, F: MicroFs> {
     progress: &'a mut dyn FnMut(&str),
     pub data_file: Option<F::Name>,
     pub file_set: Option<Vec<F::Name>>,
+    /// The stat/open-read set of the -deep workloads.
+    pub deep_file_set: Option<Vec<F::Name>>,
+}
+
+/// What one workload run gives besides its measurement.
+pub struct Outcome {
+    pub m: Measured,
+    pub notes: Vec<String>,
+    /// The msync after mmap-store-1k's measured phase.
+    pub final_sync: Option<std::time::Duration>,
 }
 
 impl<'a, F: MicroFs> Session<'a, F> {
-    fn new(
+    pub(crate) fn new(
         fs: &'a F,
         params: &'a Params,
         label: &'a str,
@@ -82,19 +98,31 @@ impl<'a, F: MicroFs> Session<'a, F> {
             progress,
             data_file: None,
             file_set: None,
+            deep_file_set: None,
         }
     }
 
     fn run_all(mut self) -> io::Result<Vec<Record>> {
         let mut records = Vec::new();
         for &w in &self.params.workloads {
-            let (m, mut notes) = self.run_one(w).map_err(|e| {
+            let mut out = self.run_one(w).map_err(|e| {
                 io::Error::new(e.kind(), format!("{} on {}: {e}", w.name(), self.label))
             })?;
-            if self.kind == TargetKind::Kernel {
-                notes.push(NO_FSYNC_NOTE.to_string());
+            if w.is_mmap() {
+                out.notes.push(MMAP_NOTE.to_string());
+            } else if self.kind == TargetKind::Kernel {
+                out.notes.push(NO_FSYNC_NOTE.to_string());
             }
-            let r = Record::new(w.name(), self.label, self.kind, w.bytes_per_op(), &m, notes);
+            let mut r = Record::new(
+                w.name(),
+                self.label,
+                self.kind,
+                w.bytes_per_op(),
+                &out.m,
+                out.notes,
+            );
+            r.dir_depth = w.layout(self.params).map(|l| l.depth());
+            r.final_sync_s = out.final_sync.map(|d| d.as_secs_f64());
             self.say(&r.summary());
             records.push(r);
         }
@@ -102,19 +130,49 @@ impl<'a, F: MicroFs> Session<'a, F> {
     }
 
     /// Runs one workload; returns its measurement and notes about it.
-    fn run_one(&mut self, w: WorkloadId) -> io::Result<(Measured, Vec<String>)> {
-        let no_notes = |m| Ok((m, Vec::new()));
-        match w {
-            WorkloadId::RandRead4k => no_notes(data::random_4k(self, false)?),
-            WorkloadId::Overwrite4k => no_notes(data::random_4k(self, true)?),
-            WorkloadId::Append4k => data::append_4k(self),
-            WorkloadId::SeqRead1m => no_notes(data::sequential_1m(self, false)?),
-            WorkloadId::SeqWrite1m => no_notes(data::sequential_1m(self, true)?),
-            WorkloadId::Create16k => meta::create_16k(self),
-            WorkloadId::Stat => no_notes(meta::stat(self)?),
-            WorkloadId::OpenRead16k => no_notes(meta::open_read_16k(self)?),
-            WorkloadId::Unlink => meta::unlink(self),
+    fn run_one(&mut self, w: WorkloadId) -> io::Result<Outcome> {
+        use WorkloadId::*;
+        let plain = |m| Outcome {
+            m,
+            notes: Vec::new(),
+            final_sync: None,
+        };
+        let noted = |(m, notes)| Outcome {
+            m,
+            notes,
+            final_sync: None,
+        };
+        let layout = w.layout(self.params);
+        // The tree's shape, said on the deep workloads (unlink-deep says its own).
+        let deep_note = || match layout {
+            Some(l) if w != UnlinkDeep => meta::layout_note(l, self.params.file_count),
+            _ => None,
+        };
+        let mut out = match w {
+            RandRead4k => plain(data::random_4k(self, false)?),
+            Overwrite4k => plain(data::random_4k(self, true)?),
+            Append4k => noted(data::append_4k(self)?),
+            SeqRead1m => plain(data::sequential_1m(self, false)?),
+            SeqWrite1m => plain(data::sequential_1m(self, true)?),
+            MmapLoad1k | MmapStore1k => {
+                let (m, notes, final_sync) = data::mmap_1k(self, w == MmapStore1k)?;
+                Outcome {
+                    m,
+                    notes,
+                    final_sync,
+                }
+            }
+            Create16k | Create16kDeep => noted(meta::create_16k(self, layout.expect("meta"))?),
+            Stat | StatDeep => plain(meta::stat(self, layout.expect("meta"))?),
+            OpenRead16k | OpenRead16kDeep => {
+                plain(meta::open_read_16k(self, layout.expect("meta"))?)
+            }
+            Unlink | UnlinkDeep => noted(meta::unlink(self, layout.expect("meta"))?),
+        };
+        if let Some(n) = deep_note() {
+            out.notes.insert(0, n);
         }
+        Ok(out)
     }
 
     /// Reports progress, prefixed with the target.

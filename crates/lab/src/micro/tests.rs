@@ -38,10 +38,16 @@ fn workload_names_are_the_published_ones() {
             "append-4k",
             "seqread-1m",
             "seqwrite-1m",
+            "mmap-load-1k",
+            "mmap-store-1k",
             "create-16k",
+            "create-16k-deep",
             "stat",
+            "stat-deep",
             "open-read-16k",
-            "unlink"
+            "open-read-16k-deep",
+            "unlink",
+            "unlink-deep"
         ]
     );
     for (i, w) in WORKLOADS.iter().enumerate() {
@@ -53,7 +59,7 @@ fn workload_names_are_the_published_ones() {
 #[test]
 fn workload_selection_dedups_and_uses_run_order() {
     let sel = |v: &[&str]| select_workloads(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-    assert_eq!(sel(&[]).unwrap().len(), 9);
+    assert_eq!(sel(&[]).unwrap().len(), 15);
     assert_eq!(
         sel(&["unlink", "stat", "unlink"]).unwrap(),
         vec![WorkloadId::Stat, WorkloadId::Unlink]
@@ -72,7 +78,14 @@ fn config_validation() {
     assert_eq!(p.data_size, 1 << 30);
     assert_eq!(p.limits.run, Duration::from_secs(1));
     assert_eq!(p.limits.warmup, Duration::from_millis(100));
-    assert!(p.inode_count >= 2 * 10_000 + p.unlink_reserve as u64);
+    assert_eq!(
+        p.deep,
+        Layout::Deep { depth: 6, width: 4 },
+        "4^7 >= 10000 > 3^7"
+    );
+    // Three file sets and the trees' directories.
+    let dirs = 3 * p.deep.dir_count(10_000) as u64;
+    assert!(p.inode_count >= 3 * 10_000 + p.unlink_reserve as u64 + dirs);
 
     let bad = [
         MicroConfig {
@@ -97,6 +110,14 @@ fn config_validation() {
         },
         MicroConfig {
             workloads: vec!["nope".into()],
+            ..ok.clone()
+        },
+        MicroConfig {
+            tree_depth: 0,
+            ..ok.clone()
+        },
+        MicroConfig {
+            tree_depth: MAX_TREE_DEPTH + 1,
             ..ok.clone()
         },
     ];
@@ -142,6 +163,8 @@ fn record(workload: &str, target: &str, kind: TargetKind, ops_per_sec: f64) -> R
         mib_per_sec: 0.0,
         latency_ns: Percentiles::default(),
         ratio_to_best_kernel: None,
+        dir_depth: None,
+        final_sync_s: None,
         notes: vec![],
     }
 }
@@ -218,6 +241,7 @@ fn tiny(targets: Vec<TargetSpec>, shm: &Path) -> MicroConfig {
         seconds: 0.03,
         file_size_bytes: 2 * MIB,
         file_count: 40,
+        tree_depth: 3,
         image_size_bytes: 64 * MIB,
         shm_dir: shm.to_path_buf(),
     }
@@ -255,8 +279,8 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
     let mut lines = Vec::new();
     let records = run(&cfg, &mut |s| lines.push(s.to_string())).unwrap();
 
-    // 9 workloads x 2 targets + memcpy.
-    assert_eq!(records.len(), 19);
+    // 15 workloads x 2 targets + memcpy.
+    assert_eq!(records.len(), 31);
     // Grouped by workload in run order, targets in configured order, memcpy
     // right after the other seqread-1m records.
     let dir_label = format!("dir:{}", other.path().display());
@@ -281,17 +305,56 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
             "{r:?}"
         );
         assert!(r.ratio_to_best_kernel.is_some(), "{r:?}");
-        if r.kind == TargetKind::Kernel {
+        let mmap = r.workload.starts_with("mmap-");
+        if r.kind == TargetKind::Kernel && !mmap {
             assert!(r.notes.iter().any(|n| n.contains("fsync")), "{r:?}");
+        }
+        if mmap {
+            assert!(
+                r.notes.iter().any(|n| n.contains("no msync per op")),
+                "{r:?}"
+            );
+            assert_eq!(r.bytes_per_op, 1024);
+        }
+        assert_eq!(
+            r.final_sync_s.is_some(),
+            r.workload == "mmap-store-1k",
+            "{r:?}"
+        );
+        let meta = ["create-16k", "stat", "open-read-16k", "unlink"];
+        let want_depth = if meta.contains(&r.workload.as_str()) {
+            Some(0)
+        } else if r.workload.ends_with("-deep") {
+            Some(3)
+        } else {
+            None
+        };
+        assert_eq!(r.dir_depth, want_depth, "{r:?}");
+        if r.workload.ends_with("-deep") {
+            assert!(
+                r.notes.iter().any(|n| n.contains("3 directories deep")),
+                "{r:?}"
+            );
         }
     }
     // 40 files and 0.03 s: unlink runs out of files and says so.
-    let unlink = records.iter().find(|r| r.workload == "unlink").unwrap();
-    assert!(unlink.ops >= 40 && unlink.ops <= 44, "{unlink:?}");
-    assert!(
-        unlink.notes.iter().any(|n| n.contains("ran out")),
-        "{unlink:?}"
-    );
+    for name in ["unlink", "unlink-deep"] {
+        let unlink = records.iter().find(|r| r.workload == name).unwrap();
+        assert!(unlink.ops >= 40 && unlink.ops <= 44, "{unlink:?}");
+        assert!(
+            unlink.notes.iter().any(|n| n.contains("ran out")),
+            "{unlink:?}"
+        );
+    }
+    let v: serde_json::Value = serde_json::from_str(&to_json(&records)).unwrap();
+    let store = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["workload"] == "mmap-store-1k")
+        .unwrap();
+    assert!(store["final_sync_s"].as_f64().unwrap() > 0.0, "{store}");
+    assert!(store["dir_depth"].is_null());
     assert!(
         lines.iter().any(|l| l.starts_with("[tmpfs] randread-4k:")),
         "{lines:?}"
@@ -353,7 +416,7 @@ fn every_workload_runs_on_nvmfs_and_the_image_is_removed() {
     let shm = shm_tempdir();
     let cfg = tiny(vec![TargetSpec::Nvmfs], shm.path());
     let records = run(&cfg, &mut |_| {}).unwrap();
-    assert_eq!(records.len(), 10);
+    assert_eq!(records.len(), 16);
     for r in &records {
         assert!(r.ops > 0, "{r:?}");
         if r.target == "nvmfs" {
@@ -375,4 +438,216 @@ fn nvmfs_image_is_removed_even_when_it_is_too_small() {
     // Success or ENOSPC, both are fine here; leftovers are not.
     let _ = run(&cfg, &mut |_| {});
     assert_empty(shm.path());
+}
+
+#[test]
+fn deep_layout_shapes() {
+    assert_eq!(Layout::deep(10_000, 6), Layout::Deep { depth: 6, width: 4 });
+    assert_eq!(Layout::deep(40, 3), Layout::Deep { depth: 3, width: 3 });
+    assert_eq!(Layout::deep(1, 6), Layout::Deep { depth: 6, width: 2 });
+    // No overflow for deep trees of few files.
+    assert_eq!(
+        Layout::deep(5, 64),
+        Layout::Deep {
+            depth: 64,
+            width: 2
+        }
+    );
+    for (count, depth) in [(10_000, 6), (40, 3), (1, 1), (1_000, 2), (77, 8)] {
+        let l = Layout::deep(count, depth);
+        let Layout::Deep { width, .. } = l else {
+            unreachable!()
+        };
+        let dirs = l.dirs(count);
+        assert_eq!(dirs.len(), l.dir_count(count), "{l:?}");
+        let known: std::collections::HashSet<&str> = dirs.iter().map(|d| d.as_str()).collect();
+        for (k, d) in dirs.iter().enumerate() {
+            // Parents come first.
+            if let Some((parent, _)) = d.rsplit_once('/') {
+                assert!(dirs[..k].iter().any(|p| p == parent), "{d} before {parent}");
+            }
+        }
+        let mut per_dir: std::collections::HashMap<String, u64> = Default::default();
+        let mut files = std::collections::HashSet::new();
+        for i in 0..count {
+            let f = l.file(i);
+            assert_eq!(f.matches('/').count(), depth as usize, "{f}");
+            assert!(f.ends_with(&format!("f{i:07}")));
+            let (dir, _) = f.rsplit_once('/').unwrap();
+            assert!(known.contains(dir), "{dir} not made");
+            *per_dir.entry(dir.to_string()).or_default() += 1;
+            assert!(files.insert(f));
+        }
+        // Every directory holds at most `width` entries (files or subdirectories).
+        assert!(per_dir.values().all(|&n| n <= width), "{l:?}");
+        for d in &dirs {
+            let children = dirs
+                .iter()
+                .filter(|c| c.rsplit_once('/').map(|(p, _)| p) == Some(d.as_str()))
+                .count() as u64;
+            assert!(children <= width, "{d}");
+        }
+        // As narrow as the count allows: one width less would not hold the files.
+        assert!(
+            (width - 1).pow(depth + 1) < count as u64 || width == 2,
+            "{l:?}"
+        );
+    }
+    assert_eq!(Layout::Flat.file(12), "f0000012");
+    assert!(Layout::Flat.dirs(10).is_empty());
+    assert_eq!(Layout::Flat.depth(), 0);
+}
+
+/// Walks a kernel directory: (depth of each regular file below `root`, entries per directory).
+fn walk(root: &Path, depth: usize, files: &mut Vec<usize>, widths: &mut Vec<usize>) {
+    let entries: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    widths.push(entries.len());
+    for e in entries {
+        if e.file_type().unwrap().is_dir() {
+            walk(&e.path(), depth + 1, files, widths);
+        } else {
+            files.push(depth);
+        }
+    }
+}
+
+/// The same walk on an nvmfs image.
+fn walk_nvmfs(
+    fs: &nvmfs::Fs,
+    root: &str,
+    depth: usize,
+    files: &mut Vec<usize>,
+    widths: &mut Vec<usize>,
+) {
+    let entries = fs.read_dir(root).unwrap();
+    widths.push(entries.len());
+    for e in entries {
+        let path = format!("{root}/{}", e.file_name().to_str().unwrap());
+        if e.file_type == nvmfs::FileType::Dir {
+            walk_nvmfs(fs, &path, depth + 1, files, widths);
+        } else {
+            files.push(depth);
+        }
+    }
+}
+
+fn tree_params(depth: u32) -> Params {
+    let mut cfg = tiny(vec![TargetSpec::Tmpfs], Path::new("/unused"));
+    cfg.file_count = 50;
+    cfg.tree_depth = depth;
+    cfg.seconds = 0.01;
+    Params::from_config(&cfg).unwrap()
+}
+
+#[test]
+fn flat_and_deep_workloads_place_files_at_their_depth_on_disk() {
+    let params = tree_params(4);
+    let Layout::Deep { width, .. } = params.deep else {
+        unreachable!()
+    };
+    assert_eq!(width, 3, "3^5 >= 50 > 2^5");
+
+    let dir = tempfile::tempdir().unwrap();
+    let fs = crate::targets::sys::SysFs::new(dir.path());
+    let mut progress = |_: &str| {};
+    let mut s = session::Session::new(&fs, &params, "t", TargetKind::Kernel, &mut progress);
+    assert!(meta::stat(&mut s, Layout::Flat).unwrap().ops > 0);
+    assert!(meta::open_read_16k(&mut s, params.deep).unwrap().ops > 0);
+    let (mut flat, mut flat_w) = (Vec::new(), Vec::new());
+    walk(&dir.path().join("files"), 0, &mut flat, &mut flat_w);
+    assert_eq!(flat, vec![0; 50], "all files directly in files/");
+    assert_eq!(flat_w, [50]);
+    let (mut deep, mut deep_w) = (Vec::new(), Vec::new());
+    walk(&dir.path().join("files-deep"), 0, &mut deep, &mut deep_w);
+    assert_eq!(
+        deep,
+        vec![4; 50],
+        "every file 4 directories below files-deep/"
+    );
+    assert!(deep_w.iter().all(|&n| n <= width as usize), "{deep_w:?}");
+
+    // nvmfs builds the same tree.
+    let shm = shm_tempdir();
+    let target = crate::targets::nvmfs::NvmfsTarget::create(
+        shm.path().join("img"),
+        64 * MIB,
+        params.inode_count,
+    )
+    .unwrap();
+    let mut s = session::Session::new(&target, &params, "n", TargetKind::Nvmfs, &mut progress);
+    assert!(meta::stat(&mut s, params.deep).unwrap().ops > 0);
+    let (mut deep, mut deep_w) = (Vec::new(), Vec::new());
+    walk_nvmfs(target.fs(), "/files-deep", 0, &mut deep, &mut deep_w);
+    assert_eq!(deep, vec![4; 50]);
+    assert!(deep_w.iter().all(|&n| n <= width as usize), "{deep_w:?}");
+    // create-deep fills the tree it made and leaves it empty afterwards.
+    meta::create_16k(&mut s, params.deep).unwrap();
+    let (mut created, mut created_w) = (Vec::new(), Vec::new());
+    walk_nvmfs(target.fs(), "/create-deep", 0, &mut created, &mut created_w);
+    assert!(created.is_empty(), "{created:?}");
+    assert_eq!(
+        created_w.len(),
+        1 + params.deep.dir_count(50),
+        "the tree stays"
+    );
+    target.close().unwrap();
+}
+
+/// Stores through the mmap workload must reach the file as its read path sees it, at the
+/// offsets the workload chose; loads must return the file's bytes at those offsets.
+fn mmap_round_trip<F: crate::targets::api::MicroFs>(fs: &F) {
+    use super::data::{mmap_workload, pattern, MMAP_IO, MMAP_STORE_SEED};
+    use super::measure::Workload;
+    use crate::targets::api::{MicroFile, MicroMap};
+    let len = 64 * 1024;
+    let name = fs.name("mapped");
+    let mut model = pattern(len, 11);
+    fs.create(&name).unwrap().write_all_at(&model, 0).unwrap();
+    let file = fs.open_rw(&name).unwrap();
+
+    let (mut load, _) = mmap_workload(fs, &file, false).unwrap();
+    assert_eq!(load.map.len(), len as u64);
+    for _ in 0..100 {
+        assert!(load.prepare().unwrap());
+        assert_eq!(load.offset % MMAP_IO as u64, 0);
+        load.op().unwrap();
+        let at = load.offset as usize;
+        assert_eq!(load.buf, &model[at..at + MMAP_IO], "load at {at}");
+    }
+    drop(load);
+
+    let (mut store, _) = mmap_workload(fs, &file, true).unwrap();
+    let stored = pattern(MMAP_IO, MMAP_STORE_SEED);
+    let mut offsets = std::collections::HashSet::new();
+    for _ in 0..40 {
+        store.prepare().unwrap();
+        store.op().unwrap();
+        let at = store.offset as usize;
+        model[at..at + MMAP_IO].copy_from_slice(&stored);
+        offsets.insert(at);
+    }
+    assert!(offsets.len() > 10, "random offsets: {offsets:?}");
+    store.map.sync().unwrap();
+    drop(store);
+    let mut back = vec![0; len];
+    fs.open_read(&name)
+        .unwrap()
+        .read_exact_at(&mut back, 0)
+        .unwrap();
+    assert!(back == model, "the read path sees exactly the stores");
+    assert_ne!(back, pattern(len, 11));
+}
+
+#[test]
+fn mmap_workloads_move_the_files_bytes_on_every_target() {
+    let dir = shm_tempdir();
+    mmap_round_trip(&crate::targets::sys::SysFs::new(dir.path()));
+    let shm = shm_tempdir();
+    let target =
+        crate::targets::nvmfs::NvmfsTarget::create(shm.path().join("img"), 16 * MIB, 256).unwrap();
+    mmap_round_trip(&target);
+    target.close().unwrap();
 }

@@ -48,12 +48,29 @@ pub trait MicroFile {
     }
 }
 
+/// A shared mapping of a whole file, as fio's mmap engine uses it: `load` is a memcpy out of
+/// the mapping, `store` a memcpy into it, `sync` is msync(MS_SYNC) of the whole mapping.
+pub trait MicroMap {
+    /// Length of the mapping (the file's size when it was mapped).
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `buf.len()` bytes at `offset` out of the mapping.
+    fn load(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Copies `buf` into the mapping at `offset` (not durable until `sync`).
+    fn store(&mut self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// Makes every store so far durable (msync(MS_SYNC)).
+    fn sync(&mut self) -> io::Result<()>;
+}
+
 /// A benchmark target: a directory tree the workloads may do anything in.
 pub trait MicroFs {
     /// A path resolved ahead of time, so that building path strings (joining,
     /// formatting numbers) is done during setup and not inside timed ops.
     type Name;
     type File: MicroFile;
+    type Map: MicroMap;
 
     /// Resolves `rel` (relative to the target's root, `/`-separated).
     fn name(&self, rel: &str) -> Self::Name;
@@ -71,6 +88,9 @@ pub trait MicroFs {
     fn stat(&self, name: &Self::Name) -> io::Result<u64>;
     /// Removes a file.
     fn unlink(&self, name: &Self::Name) -> io::Result<()>;
+    /// Maps all of `file` (opened with [`MicroFs::open_rw`]) shared, for reading and
+    /// writing: mmap(MAP_SHARED) on kernel targets, `File::map_direct` on nvmfs.
+    fn map(&self, file: &Self::File) -> io::Result<Self::Map>;
 }
 
 #[cfg(test)]

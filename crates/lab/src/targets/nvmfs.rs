@@ -1,8 +1,8 @@
 //! The `nvmfs` target: the library in-process on a fresh image file.
 
-use crate::targets::api::{MicroFile, MicroFs};
+use crate::targets::api::{MicroFile, MicroFs, MicroMap};
 use crate::targets::sys::{annotate, ScratchFile};
-use nvmfs::{File, FormatOptions, Fs, MountOptions, OpenOptions};
+use nvmfs::{DirectMap, File, FormatOptions, Fs, MountOptions, OpenOptions};
 use std::io::{self, Write};
 use std::path::PathBuf;
 
@@ -92,6 +92,7 @@ impl Drop for NvmfsTarget {
 impl MicroFs for NvmfsTarget {
     type Name = String;
     type File = File;
+    type Map = DirectMap;
 
     fn name(&self, rel: &str) -> String {
         format!("/{}", rel.trim_start_matches('/'))
@@ -135,6 +136,30 @@ impl MicroFs for NvmfsTarget {
 
     fn unlink(&self, name: &String) -> io::Result<()> {
         self.fs().remove_file(name.as_str())
+    }
+
+    fn map(&self, file: &File) -> io::Result<DirectMap> {
+        file.map_direct()
+    }
+}
+
+/// nvmfs has no mmap: its direct-access map is the DAX counterpart (block pointers resolved
+/// once at map time, loads and stores copy straight to and from the media).
+impl MicroMap for DirectMap {
+    fn len(&self) -> u64 {
+        DirectMap::len(self)
+    }
+
+    fn load(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        DirectMap::load(self, offset, buf)
+    }
+
+    fn store(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        DirectMap::store(self, offset, buf)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        DirectMap::sync(self)
     }
 }
 

@@ -3,10 +3,11 @@
 //! No fsync anywhere: the benchmark compares nvmfs against the plain syscall
 //! path (see the notes attached to the records).
 
-use crate::targets::api::{MicroFile, MicroFs};
+use crate::targets::api::{MicroFile, MicroFs, MicroMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// A directory on a kernel file system, accessed through system calls.
@@ -25,6 +26,7 @@ impl SysFs {
 impl MicroFs for SysFs {
     type Name = PathBuf;
     type File = File;
+    type Map = SysMap;
 
     fn name(&self, rel: &str) -> PathBuf {
         self.root.join(rel.trim_start_matches('/'))
@@ -61,6 +63,102 @@ impl MicroFs for SysFs {
 
     fn unlink(&self, name: &PathBuf) -> io::Result<()> {
         fs::remove_file(name)
+    }
+
+    fn map(&self, file: &File) -> io::Result<SysMap> {
+        SysMap::new(file)
+    }
+}
+
+/// mmap(MAP_SHARED, PROT_READ | PROT_WRITE) of a whole file, as fio's mmap engine maps it
+/// (no MAP_POPULATE: pages are faulted in by the first access, inside the timed ops).
+pub struct SysMap {
+    ptr: *mut u8,
+    len: u64,
+}
+
+impl SysMap {
+    fn new(file: &File) -> io::Result<SysMap> {
+        let len = file.metadata()?.len();
+        if len == 0 {
+            // mmap refuses a zero length; an empty mapping needs no memory.
+            return Ok(SysMap {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                len,
+            });
+        }
+        let size = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        // SAFETY: a fresh shared mapping of an open file; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SysMap { ptr: p.cast(), len })
+    }
+
+    fn check(&self, offset: u64, len: usize) -> io::Result<()> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+        }
+    }
+}
+
+impl MicroMap for SysMap {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn load(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.check(offset, buf.len())?;
+        // SAFETY: in range of the live mapping (checked); the benchmark is the only user of
+        // its scratch file, and raw-pointer copies form no reference into shared memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.add(offset as usize),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        Ok(())
+    }
+
+    fn store(&mut self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.check(offset, buf.len())?;
+        // SAFETY: as in `load`; the mapping is writable.
+        unsafe {
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), self.ptr.add(offset as usize), buf.len())
+        };
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        // SAFETY: exactly the mapping made in `new`.
+        if unsafe { libc::msync(self.ptr.cast(), self.len as usize, libc::MS_SYNC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SysMap {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: exactly the mapping made in `new`, unmapped once.
+            unsafe { libc::munmap(self.ptr.cast(), self.len as usize) };
+        }
     }
 }
 
