@@ -5,6 +5,7 @@
 //! kernel's page cache and attribute/entry caches in front).
 
 use crate::kernel::{self, Resource};
+use crate::targets::nvmfs::mount_retrying;
 use crate::targets::sys::{annotate, ScratchDir, ScratchFile, SysFs};
 use nvmfs::{FormatOptions, Fs};
 use nvmfs_fuse::fuser::BackgroundSession;
@@ -86,7 +87,7 @@ impl FuseTarget {
     }
 
     fn mount(&mut self) -> io::Result<()> {
-        let fs = mount_image(self.image.path(), &self.cfg)?;
+        let fs = mount_retrying(self.image.path(), &self.cfg.core_options())?;
         let (session, _shutdown) =
             nvmfs_fuse::session(fs.clone(), self.mnt.path(), &self.cfg, "nvmfs-lab")
                 .map_err(|e| annotate(e, "cannot mount FUSE on", self.mnt.path()))?;
@@ -141,21 +142,6 @@ impl FuseTarget {
 
     pub fn options(&self) -> &MountConfig {
         &self.cfg
-    }
-}
-
-/// Mounts the image for the session, retrying a moment while a child
-/// process forked elsewhere in this process still shares its lock.
-fn mount_image(image: &Path, cfg: &MountConfig) -> io::Result<Fs> {
-    let mut tries = 0;
-    loop {
-        match Fs::mount(image, &cfg.core_options()) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < 100 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            r => return r.map_err(|e| annotate(e, "cannot mount nvmfs image", image)),
-        }
     }
 }
 

@@ -4,7 +4,7 @@ use crate::targets::api::{MicroFile, MicroFs, MicroMap};
 use crate::targets::sys::{annotate, ScratchFile};
 use nvmfs::{DirectMap, File, FormatOptions, Fs, MountOptions, OpenOptions};
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A freshly formatted and mounted nvmfs image. Dropping it unmounts and
 /// deletes the image, so nothing is left behind on error either.
@@ -25,8 +25,7 @@ impl NvmfsTarget {
         };
         Fs::format(image.path(), &opts)
             .map_err(|e| annotate(e, "cannot format nvmfs image", image.path()))?;
-        let fs = Fs::mount(image.path(), &MountOptions::default())
-            .map_err(|e| annotate(e, "cannot mount nvmfs image", image.path()))?;
+        let fs = mount_retrying(image.path(), &MountOptions::default())?;
         Ok(NvmfsTarget {
             fs: Some(fs),
             image,
@@ -50,21 +49,7 @@ impl NvmfsTarget {
             fs.unmount()
                 .map_err(|e| annotate(e, "cannot unmount nvmfs image", self.image.path()))?;
         }
-        // A child process forked elsewhere in this process (mkfs, mount)
-        // shares our descriptors until its exec closes them, and with them
-        // the image's lock: retry a busy image for a moment.
-        let mut tries = 0;
-        let fs = loop {
-            match Fs::mount(self.image.path(), &MountOptions::default()) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < 100 => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                r => break r,
-            }
-        }
-        .map_err(|e| annotate(e, "cannot mount nvmfs image", self.image.path()))?;
-        self.fs = Some(fs);
+        self.fs = Some(mount_retrying(self.image.path(), &MountOptions::default())?);
         Ok(())
     }
 
@@ -194,5 +179,22 @@ impl crate::filebench::LabTarget for NvmfsTarget {
 
     fn remount(&mut self) -> io::Result<bool> {
         NvmfsTarget::remount(self).map(|()| true)
+    }
+}
+
+/// Mounts `image`, retrying a busy one for up to 2 s: a child process forked
+/// elsewhere in this process (mkfs, mount, losetup) shares our descriptors
+/// until its exec closes them, and with them the image's lock, also the one
+/// `Fs::format` held a moment ago.
+pub(crate) fn mount_retrying(image: &Path, opts: &MountOptions) -> io::Result<Fs> {
+    let mut tries = 0;
+    loop {
+        match Fs::mount(image, opts) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r.map_err(|e| annotate(e, "cannot mount nvmfs image", image)),
+        }
     }
 }
