@@ -468,13 +468,9 @@ fn run_target(w: &Wanted, cfg: &RunConfig, shm_dir: &Path, device: u64) -> Targe
         ),
     };
     let mut provision = None;
-    let outcome = made.and_then(|mut target| {
+    let outcome = made.and_then(|target| {
         provision = Some(target.describe());
-        let r = target.run(cfg, &kernel::interrupted, &mut on_progress);
-        let closed = target.close();
-        let r = r?;
-        closed?;
-        Ok(r)
+        target.run_and_close(cfg, &kernel::interrupted, &mut on_progress)
     });
     let status = match &outcome {
         Ok(r) => match &r.stopped_early {

@@ -660,12 +660,21 @@ impl<F: MicroFs> Worker<'_, '_, F> {
         Ok(r / iosize * iosize)
     }
 
-    fn read_random(&mut self, id: SetId, iosize: u64) -> io::Result<Option<u64>> {
+    /// The next file of `id`'s rotation and a random offset in it, with the
+    /// I/O buffer sized; `None` when the set has no file open.
+    fn next_random(&mut self, id: SetId, iosize: u64) -> io::Result<Option<(usize, u64)>> {
         let Some(slot) = self.next_rotating(id)? else {
             return Ok(None);
         };
         let off = self.random_offset(id, slot, iosize)?;
         self.buffer(iosize as usize);
+        Ok(Some((slot, off)))
+    }
+
+    fn read_random(&mut self, id: SetId, iosize: u64) -> io::Result<Option<u64>> {
+        let Some((slot, off)) = self.next_random(id, iosize)? else {
+            return Ok(None);
+        };
         let of = self.rotating[id as usize].slots[slot]
             .as_ref()
             .expect("open");
@@ -674,11 +683,9 @@ impl<F: MicroFs> Worker<'_, '_, F> {
     }
 
     fn write_random(&mut self, id: SetId, iosize: u64, dsync: bool) -> io::Result<Option<u64>> {
-        let Some(slot) = self.next_rotating(id)? else {
+        let Some((slot, off)) = self.next_random(id, iosize)? else {
             return Ok(None);
         };
-        let off = self.random_offset(id, slot, iosize)?;
-        self.buffer(iosize as usize);
         let of = self.rotating[id as usize].slots[slot]
             .as_ref()
             .expect("open");

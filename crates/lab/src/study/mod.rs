@@ -191,22 +191,17 @@ fn run_cell(
         seed: cfg.seed,
     };
     let mut provision = None;
-    let outcome =
-        StudyTarget::create(t, &cfg.shm_dir, device_bytes, &run_cfg).and_then(|mut target| {
-            provision = Some(target.describe());
-            let mut on_progress = |p: Progress<'_>| match p {
-                Progress::Setup(msg) => progress.note(msg),
-                Progress::Trial { index, total, tick } => {
-                    progress.tick(index, total, tick.ops_per_sec, tick.measuring)
-                }
-                Progress::TrialDone(_) => {}
-            };
-            let r = target.run(&run_cfg, interrupted, &mut on_progress);
-            let closed = target.close();
-            let r = r?;
-            closed?;
-            Ok(r)
-        });
+    let outcome = StudyTarget::create(t, &cfg.shm_dir, device_bytes, &run_cfg).and_then(|target| {
+        provision = Some(target.describe());
+        let mut on_progress = |p: Progress<'_>| match p {
+            Progress::Setup(msg) => progress.note(msg),
+            Progress::Trial { index, total, tick } => {
+                progress.tick(index, total, tick.ops_per_sec, tick.measuring)
+            }
+            Progress::TrialDone(_) => {}
+        };
+        target.run_and_close(&run_cfg, interrupted, &mut on_progress)
+    });
     let status = match &outcome {
         Ok(r) => match &r.stopped_early {
             Some(why) if why.starts_with("interrupted") => CellStatus::Interrupted,

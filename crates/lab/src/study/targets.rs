@@ -328,6 +328,21 @@ impl StudyTarget {
         }
     }
 
+    /// Runs the trials, then closes the target whatever happened; the run's
+    /// error comes first, then a closing error.
+    pub fn run_and_close(
+        mut self,
+        cfg: &RunConfig,
+        interrupted: &dyn Fn() -> bool,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> io::Result<RunResult> {
+        let r = self.run(cfg, interrupted, progress);
+        let closed = self.close();
+        let r = r?;
+        closed?;
+        Ok(r)
+    }
+
     /// Unmounts and removes everything, reporting errors.
     pub fn close(self) -> io::Result<()> {
         match self {

@@ -5,9 +5,9 @@
 //! kernel's page cache and attribute/entry caches in front).
 
 use crate::kernel::{self, Resource};
-use crate::targets::nvmfs::mount_retrying;
+use crate::targets::nvmfs::{format_scratch, mount_retrying};
 use crate::targets::sys::{annotate, ScratchDir, ScratchFile, SysFs};
-use nvmfs::{FormatOptions, Fs};
+use nvmfs::Fs;
 use nvmfs_fuse::fuser::BackgroundSession;
 use nvmfs_fuse::MountConfig;
 use std::io;
@@ -65,13 +65,7 @@ impl FuseTarget {
         if let Some(why) = unavailable() {
             return Err(io::Error::new(io::ErrorKind::Unsupported, why));
         }
-        let image = ScratchFile::claim(image)?;
-        let opts = FormatOptions {
-            size_bytes,
-            inode_count: Some(inode_count),
-        };
-        Fs::format(image.path(), &opts)
-            .map_err(|e| annotate(e, "cannot format nvmfs image", image.path()))?;
+        let image = format_scratch(image, size_bytes, inode_count)?;
         let mnt = ScratchDir::create(mnt)?;
         let mut t = FuseTarget {
             session: None,

@@ -18,13 +18,7 @@ pub struct NvmfsTarget {
 impl NvmfsTarget {
     /// Formats `image` (which must not exist yet) and mounts it.
     pub fn create(image: PathBuf, size_bytes: u64, inode_count: u64) -> io::Result<Self> {
-        let image = ScratchFile::claim(image)?;
-        let opts = FormatOptions {
-            size_bytes,
-            inode_count: Some(inode_count),
-        };
-        Fs::format(image.path(), &opts)
-            .map_err(|e| annotate(e, "cannot format nvmfs image", image.path()))?;
+        let image = format_scratch(image, size_bytes, inode_count)?;
         let fs = mount_retrying(image.path(), &MountOptions::default())?;
         Ok(NvmfsTarget {
             fs: Some(fs),
@@ -197,4 +191,21 @@ pub(crate) fn mount_retrying(image: &Path, opts: &MountOptions) -> io::Result<Fs
             r => return r.map_err(|e| annotate(e, "cannot mount nvmfs image", image)),
         }
     }
+}
+
+/// Claims `image` (which must not exist yet) and formats it; the image is
+/// deleted when the returned value drops.
+pub(crate) fn format_scratch(
+    image: PathBuf,
+    size_bytes: u64,
+    inode_count: u64,
+) -> io::Result<ScratchFile> {
+    let image = ScratchFile::claim(image)?;
+    let opts = FormatOptions {
+        size_bytes,
+        inode_count: Some(inode_count),
+    };
+    Fs::format(image.path(), &opts)
+        .map_err(|e| annotate(e, "cannot format nvmfs image", image.path()))?;
+    Ok(image)
 }
