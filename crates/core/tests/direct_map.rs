@@ -3,6 +3,7 @@
 
 mod common;
 
+use nvmfs::testing::pattern;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -16,18 +17,6 @@ const BS: u64 = 4096;
 
 fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.unwrap_err().raw_os_error().expect("errno")
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn rw(fs: &Fs, path: &str) -> File {

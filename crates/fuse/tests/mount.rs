@@ -5,6 +5,7 @@
 //! Needs /dev/fuse, and root or fusermount3; without them each test prints why and passes.
 //! The daemon, signal and kill -9 tests of `nvmfs mount` are in crates/cli/tests/mount.rs.
 
+use nvmfs::testing::pattern;
 use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -126,18 +127,6 @@ fn cstr(p: &Path) -> CString {
 
 fn errno_of<T>(r: std::io::Result<T>) -> i32 {
     r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[test]

@@ -23,6 +23,20 @@ pub const KNOWN_INODES: u64 = 64;
 /// Longest prefix of a file `read_tree` reads.
 pub const READ_CAP: u64 = 1 << 20;
 
+/// `len` pseudo-random bytes from `seed` (xorshift64): file contents that differ per seed and
+/// per position, so a test notices data from the wrong place.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// One node of a tree read by `read_tree`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
