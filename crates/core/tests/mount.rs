@@ -151,3 +151,36 @@ fn random_garbage_images_never_panic() {
         assert!(!nvmfs::fsck::check_image(&p).unwrap().is_clean());
     }
 }
+
+#[test]
+fn format_refuses_an_image_larger_than_the_free_space() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("img");
+    let free = fs_free_bytes(d.path());
+    let size = (free + (1 << 30)).next_multiple_of(4096);
+    let e = Fs::format(
+        &p,
+        &FormatOptions {
+            size_bytes: size,
+            inode_count: None,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::StorageFull, "{e}");
+    assert!(e.to_string().contains("does not fit"), "{e}");
+    // Nothing was allocated.
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 0);
+}
+
+fn fs_free_bytes(dir: &std::path::Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: valid path, and statvfs fills the struct it is given.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) }, 0);
+    // SAFETY: initialised by the successful call.
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // u32 fields on some targets
+    let free = st.f_bavail as u64 * st.f_frsize as u64;
+    free
+}

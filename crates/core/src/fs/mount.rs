@@ -146,6 +146,7 @@ impl Fs {
         lock_image(&f, path, true)?;
         // Truncating to zero first makes every byte of the new image read as zero.
         f.set_len(0)?;
+        check_room(&f, path, blocks * BLOCK_SIZE)?;
         f.set_len(blocks * BLOCK_SIZE)?;
         preallocate(&f, blocks * BLOCK_SIZE)?;
         let pm = Pm::map_file(&f, path, blocks * BLOCK_SIZE, true)?;
@@ -320,6 +321,37 @@ impl Fs {
             Err(_) => Err(errno(libc::EBUSY)),
         }
     }
+}
+
+/// Refuses an image larger than the free space of the file system that holds it, before any
+/// of it is allocated: on a tmpfs such as /dev/shm, preallocation would otherwise take the
+/// machine's memory page by page until it fails (or the OOM killer picks a process).
+fn check_room(f: &std::fs::File, path: &Path, len: u64) -> io::Result<()> {
+    if !f.metadata()?.is_file() {
+        return Ok(());
+    }
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: fstatvfs on our own descriptor fills the struct it is given.
+    if unsafe { libc::fstatvfs(f.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Ok(()); // no answer: let the allocation itself decide
+    }
+    // SAFETY: initialised by the successful call above.
+    let st = unsafe { st.assume_init() };
+    // The field types differ between targets (u32 on some 32-bit ones).
+    #[allow(clippy::unnecessary_cast)]
+    let free = st.f_bavail as u64 * st.f_frsize as u64;
+    if len > free {
+        return Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!(
+                "{}: an image of {} bytes does not fit: the file system holding it has {} bytes free",
+                path.display(),
+                len,
+                free
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Gives the image all its memory (or disk space) now, as real persistent memory has: no
