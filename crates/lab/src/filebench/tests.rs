@@ -54,6 +54,12 @@ fn tiny_oltp() -> PersonalityConfig {
     pc
 }
 
+/// Process id and a random number: a file left by a killed run (whose pid may come again)
+/// never collides with this run's scratch names.
+fn unique() -> String {
+    format!("{}-{:016x}", std::process::id(), fastrand::u64(..))
+}
+
 fn shm_dir() -> std::path::PathBuf {
     let shm = std::path::Path::new("/dev/shm");
     if shm.is_dir() {
@@ -112,11 +118,7 @@ fn check(result: &RunResult, cfg: &RunConfig, remounted: bool) {
 fn every_personality_runs_on_nvmfs() {
     for p in Personality::ALL {
         let cfg = tiny(p);
-        let image = shm_dir().join(format!(
-            "nvmfs-fb-test-{}-{}.img",
-            std::process::id(),
-            p.name()
-        ));
+        let image = shm_dir().join(format!("nvmfs-fb-test-{}-{}.img", unique(), p.name()));
         let mut t = NvmfsTarget::create(image.clone(), 1 << 30, 4096).unwrap();
         let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
         check(&r, &cfg, true);
@@ -137,7 +139,7 @@ fn every_personality_runs_on_nvmfs() {
 fn every_personality_runs_on_a_kernel_file_system() {
     for p in Personality::ALL {
         let cfg = tiny(p);
-        let dir = shm_dir().join(format!("nvmfs-fb-test-{}-{}", std::process::id(), p.name()));
+        let dir = shm_dir().join(format!("nvmfs-fb-test-{}-{}", unique(), p.name()));
         let mut t = DirTarget::new(ScratchDir::create(dir.clone()).unwrap());
         let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
         check(&r, &cfg, false);
@@ -152,7 +154,7 @@ fn appends_are_uniform_below_iosize_and_reads_cover_whole_files() {
     cfg.personality.append_size_bytes = 1000;
     cfg.trials = 1;
     cfg.ops_max = Some(8_000);
-    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-append", std::process::id()));
+    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-append", unique()));
     let mut t = DirTarget::new(ScratchDir::create(dir).unwrap());
     let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
     let fl = &r.trials[0].flowops;
@@ -170,7 +172,7 @@ fn running_out_of_files_stops_early_with_the_reason() {
     cfg.personality.files = 2;
     cfg.personality.prealloc_percent = 100;
     cfg.trials = 2;
-    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-early", std::process::id()));
+    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-early", unique()));
     let mut t = DirTarget::new(ScratchDir::create(dir).unwrap());
     let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
     let why = r.stopped_early.expect("stopped early");
@@ -184,7 +186,7 @@ fn op_limit_bounds_a_trial() {
     cfg.run_seconds = 30.0;
     cfg.ops_max = Some(2_000);
     cfg.trials = 1;
-    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-opsmax", std::process::id()));
+    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-opsmax", unique()));
     let mut t = DirTarget::new(ScratchDir::create(dir).unwrap());
     let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
     let tr = &r.trials[0];
@@ -201,7 +203,7 @@ fn op_limit_bounds_a_trial() {
 }
 
 fn scratch(tag: &str) -> DirTarget {
-    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-{tag}", std::process::id()));
+    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-{tag}", unique()));
     DirTarget::new(ScratchDir::create(dir).unwrap())
 }
 
