@@ -12,12 +12,14 @@
 use std::sync::OnceLock;
 
 use nvmfs::journal;
-use nvmfs::layout::state::{MountState, STATE_CLEAN, STATE_LEN, STATE_MOUNTED};
-use nvmfs::layout::superblock::{Geometry, Superblock, ROOT_INO, STATE_BLOCK};
+use nvmfs::layout::state::{STATE_LEN, STATE_MOUNTED};
+use nvmfs::layout::superblock::{Geometry, STATE_BLOCK};
 use nvmfs::layout::BLOCK_SIZE;
 use nvmfs::media::Pm;
-use nvmfs::testing::{arm_lane, read_tree, reseal_superblock, slot_of, Tree};
-use nvmfs::{FormatOptions, Fs, MountOptions};
+use nvmfs::testing::{
+    arm_lane, known_image_sized, read_tree, reseal_superblock, set_mount_state, slot_of, Tree,
+};
+use nvmfs::{Fs, MountOptions};
 
 /// Size of the base images: 512 KiB (128 blocks), 32 inodes.
 pub const IMAGE_BYTES: u64 = 512 << 10;
@@ -112,67 +114,38 @@ pub fn reseal_lanes(img: &mut [u8], geo: &Geometry) {
     }
 }
 
-fn set_state(img: &mut [u8], state: u64) {
-    let st = MountState {
-        state,
-        mount_count: 1,
-        last_mount_ns: 1,
-        last_unmount_ns: 2,
-    };
-    let off = (STATE_BLOCK * BLOCK_SIZE) as usize;
-    let enc = st.encode();
-    img[off..off + enc.len()].copy_from_slice(&enc);
-}
-
-fn populate(fs: &Fs) -> std::io::Result<()> {
-    fs.write_file("/a.txt", b"hello, nvmfs\n")?;
-    let big: Vec<u8> = (0..3 * 4096 + 100u32)
-        .map(|i| (i * 7 + i / 4096) as u8)
-        .collect();
-    fs.write_file("/big.bin", &big)?;
-    fs.create_dir_all("/dir1/sub")?;
-    fs.create_dir("/dir2")?;
-    fs.write_file("/dir1/nested.txt", b"nested file")?;
-    let deep: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
-    fs.write_file("/dir1/sub/deep.txt", &deep)?;
-    fs.write_file("/hard1", b"two names, one file")?;
-    fs.hard_link("/hard1", "/dir1/hard2")?;
-    fs.symlink_path("a.txt", "/short-link")?;
-    fs.symlink_path("./././././././././././dir1/sub/deep.txt", "/long-link")?;
-    fs.mknod(ROOT_INO, b"fifo", libc_fifo(), 0, 0, 0)?;
-    fs.write_file(
-        "/a-file-name-longer-than-fifty-six-bytes-so-it-needs-two-units.txt",
-        b"long name",
-    )?;
-    Ok(())
-}
-
-fn libc_fifo() -> u32 {
-    0o010000 | 0o644 // S_IFIFO | 0644
-}
-
 fn build_clean() -> Base {
-    let fs = Fs::format_in_memory(&FormatOptions {
-        size_bytes: IMAGE_BYTES,
-        inode_count: Some(IMAGE_INODES),
-    })
-    .expect("format the base image");
-    populate(&fs).expect("populate the base image");
-    let (tree, errors) = read_tree(&fs);
-    assert!(errors.is_empty(), "base image: {errors:?}");
-    let mut image = fs.snapshot();
-    drop(fs);
-    set_state(&mut image, STATE_CLEAN);
-    let geo = Superblock::decode(&image[..BLOCK_SIZE as usize], 0)
-        .expect("superblock")
-        .geo;
-    let report = nvmfs::fsck::check_pm(&Pm::from_bytes(&image));
+    let k = known_image_sized(IMAGE_BYTES, IMAGE_INODES);
+    let report = nvmfs::fsck::check_pm(&Pm::from_bytes(&k.image));
     assert!(
         report.is_clean(),
         "base image not clean: {:?}",
         report.problems
     );
-    Base { image, geo, tree }
+    Base {
+        image: k.image,
+        geo: k.geo,
+        tree: k.tree,
+    }
+}
+
+/// A copy of `base` with the input's patches and re-seals applied. Patch offsets: high bit
+/// clear -> inside the metadata region (superblocks, state, journal, inode table, hash table),
+/// high bit set -> anywhere in the image.
+pub fn patched(base: &Base, input: &Input<'_>) -> Vec<u8> {
+    let mut img = base.image.clone();
+    let meta = base.geo.metadata_end();
+    let len = img.len() as u64;
+    for &(off, bytes) in &input.patches {
+        let at = if off & 0x8000_0000 == 0 {
+            off as u64 % meta
+        } else {
+            (off & 0x7fff_ffff) as u64 % len
+        };
+        put(&mut img, at, bytes);
+    }
+    reseal(&mut img, &base.geo, input.flags);
+    img
 }
 
 /// The clean base image (as after an unmount).
@@ -189,7 +162,7 @@ pub fn unclean() -> &'static Base {
         let c = clean();
         let mut image = c.image.clone();
         let geo = c.geo.clone();
-        set_state(&mut image, STATE_MOUNTED);
+        set_mount_state(&mut image, STATE_MOUNTED);
         let a = c.tree["/a.txt"].ino;
         let big = c.tree["/big.bin"].ino as u32;
         let dir1 = c.tree["/dir1"].ino as u32;

@@ -82,9 +82,15 @@ pub const LONG_TARGET: &str = "./././././././././././././././dir1/sub/deep.txt";
 /// links, short and long symlinks, a FIFO and a two-unit name. Returned clean, as after an
 /// unmount.
 pub fn known_image() -> Known {
+    known_image_sized(KNOWN_BYTES, KNOWN_INODES)
+}
+
+/// [`known_image`] on an image of `size_bytes` with `inodes` inodes (the fuzz targets use a
+/// smaller one, so that each input mutates a larger share of it).
+pub fn known_image_sized(size_bytes: u64, inodes: u64) -> Known {
     let fs = Fs::format_in_memory(&FormatOptions {
-        size_bytes: KNOWN_BYTES,
-        inode_count: Some(KNOWN_INODES),
+        size_bytes,
+        inode_count: Some(inodes),
     })
     .expect("format the known image");
     populate(&fs).expect("populate the known image");
@@ -93,8 +99,18 @@ pub fn known_image() -> Known {
     let mut image = fs.snapshot();
     drop(fs);
     // The snapshot was taken while mounted; mark it clean as an unmount does.
+    set_mount_state(&mut image, STATE_CLEAN);
+    let geo = Superblock::decode(&image[..BLOCK_SIZE as usize], 0)
+        .expect("superblock")
+        .geo;
+    Known { image, geo, tree }
+}
+
+/// Rewrites the mount-state block of `image` with `state` (clean or mounted), counters as
+/// after one mount, and a valid checksum.
+pub fn set_mount_state(image: &mut [u8], state: u64) {
     let st = MountState {
-        state: STATE_CLEAN,
+        state,
         mount_count: 1,
         last_mount_ns: 1,
         last_unmount_ns: 2,
@@ -102,10 +118,6 @@ pub fn known_image() -> Known {
     let off = (STATE_BLOCK * BLOCK_SIZE) as usize;
     let enc = st.encode();
     image[off..off + enc.len()].copy_from_slice(&enc);
-    let geo = Superblock::decode(&image[..BLOCK_SIZE as usize], 0)
-        .expect("superblock")
-        .geo;
-    Known { image, geo, tree }
 }
 
 fn populate(fs: &Fs) -> std::io::Result<()> {
