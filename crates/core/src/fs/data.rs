@@ -49,6 +49,35 @@ impl TranslationCache {
     }
 }
 
+/// One block's share of a byte range: the logical block, the offset in it, the offset in the
+/// range and the length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Piece {
+    pub lblk: u64,
+    pub in_blk: usize,
+    pub at: usize,
+    pub len: usize,
+}
+
+/// Splits `[off, off + len)` at block boundaries, in order.
+pub(crate) fn pieces(off: u64, len: usize) -> impl Iterator<Item = Piece> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        (at < len).then(|| {
+            let pos = off + at as u64;
+            let in_blk = (pos % BLOCK_SIZE) as usize;
+            let piece = Piece {
+                lblk: pos / BLOCK_SIZE,
+                in_blk,
+                at,
+                len: (BLOCK_SIZE as usize - in_blk).min(len - at),
+            };
+            at += piece.len;
+            piece
+        })
+    })
+}
+
 impl Inner {
     #[inline]
     fn translate(&self, ino: u32, lblk: u32, cache: &mut TranslationCache) -> Option<u64> {
@@ -80,13 +109,15 @@ impl Inner {
         // Physically adjacent blocks are copied as one run (one memcpy the prefetcher can
         // follow); `run` is (source offset, start in buf, length).
         let mut run: Option<(u64, usize, usize)> = None;
-        let mut done = 0;
-        while done < n {
-            let pos = off + done as u64;
-            let lblk = (pos / BLOCK_SIZE) as u32;
-            let in_blk = (pos % BLOCK_SIZE) as usize;
-            let len = (BLOCK_SIZE as usize - in_blk).min(n - done);
-            if done + len < n {
+        for Piece {
+            lblk,
+            in_blk,
+            at,
+            len,
+        } in pieces(off, n)
+        {
+            let lblk = lblk as u32;
+            if at + len < n {
                 self.map.prefetch(&self.pm, ino, lblk + 1);
             }
             match self.translate(ino, lblk, cache) {
@@ -96,16 +127,15 @@ impl Inner {
                         Some((s, d, l)) if s + l as u64 == src => Some((s, d, l + len)),
                         prev => {
                             self.copy_run(prev, buf);
-                            Some((src, done, len))
+                            Some((src, at, len))
                         }
                     };
                 }
                 None => {
                     self.copy_run(run.take(), buf);
-                    buf[done..done + len].fill(0);
+                    buf[at..at + len].fill(0);
                 }
             }
-            done += len;
         }
         self.copy_run(run, buf);
         Ok(n)
@@ -156,12 +186,15 @@ impl Inner {
         let mut claims: Vec<(Claim, u32)> = Vec::new();
         let mut done = 0usize;
         let mut err = None;
-        while done < data.len() {
-            let pos = off + done as u64;
-            let lblk = (pos / BLOCK_SIZE) as u32;
-            let in_blk = (pos % BLOCK_SIZE) as usize;
-            let len = (BLOCK_SIZE as usize - in_blk).min(data.len() - done);
-            let chunk = &data[done..done + len];
+        for Piece {
+            lblk,
+            in_blk,
+            at,
+            len,
+        } in pieces(off, data.len())
+        {
+            let lblk = lblk as u32;
+            let chunk = &data[at..at + len];
             let mapped = if (lblk as u64) < map_end {
                 self.translate(ino, lblk, cache)
             } else {
@@ -183,7 +216,7 @@ impl Inner {
                     }
                 },
             }
-            done += len;
+            done = at + len;
         }
         if done == 0 {
             return Err(err.unwrap_or_else(|| errno(libc::ENOSPC)));
@@ -303,18 +336,14 @@ impl Inner {
     /// EOF over it).
     fn zero_range(&self, ino: u32, i: &Inode, from: u64, to: u64, cache: &mut TranslationCache) {
         let map_end = i.map_end();
-        let mut pos = from;
-        while pos < to {
-            let lblk = pos / BLOCK_SIZE;
-            if lblk >= map_end {
+        for piece in pieces(from, to.saturating_sub(from) as usize) {
+            if piece.lblk >= map_end {
                 break;
             }
-            let in_blk = pos % BLOCK_SIZE;
-            let len = (BLOCK_SIZE - in_blk).min(to - pos);
-            if let Some(p) = self.translate(ino, lblk as u32, cache) {
-                self.pm.zero_nt(self.geo.data_off(p) + in_blk, len as usize);
+            if let Some(p) = self.translate(ino, piece.lblk as u32, cache) {
+                self.pm
+                    .zero_nt(self.geo.data_off(p) + piece.in_blk as u64, piece.len);
             }
-            pos += len;
         }
     }
 
@@ -533,5 +562,29 @@ impl Fs {
     /// the OS to write the mapping back (msync), as `File::sync_all` does.
     pub fn sync_all(&self) -> io::Result<()> {
         self.inner.pm.sync_backing()
+    }
+}
+
+#[cfg(test)]
+mod pieces_tests {
+    use super::{pieces, Piece};
+
+    #[test]
+    fn ranges_split_at_block_boundaries() {
+        let p = |lblk, in_blk, at, len| Piece {
+            lblk,
+            in_blk,
+            at,
+            len,
+        };
+        assert_eq!(
+            pieces(4000, 5000).collect::<Vec<_>>(),
+            vec![p(0, 4000, 0, 96), p(1, 0, 96, 4096), p(2, 0, 4192, 808)]
+        );
+        assert_eq!(
+            pieces(8192, 4096).collect::<Vec<_>>(),
+            vec![p(2, 0, 0, 4096)]
+        );
+        assert_eq!(pieces(10, 0).count(), 0);
     }
 }

@@ -31,6 +31,7 @@
 
 use std::io;
 
+use super::data::pieces;
 use super::{errno, now_ns, Fs};
 use crate::layout::BLOCK_SIZE;
 
@@ -148,29 +149,16 @@ impl DirectMap {
         }
     }
 
-    /// Calls `f(media offset, start in the caller's buffer, length)` for each block piece of
-    /// `[off, off + len)`.
-    fn pieces(&self, off: u64, len: usize, mut f: impl FnMut(usize, u64, usize, usize)) {
-        let mut done = 0;
-        while done < len {
-            let pos = off + done as u64;
-            let b = (pos / BLOCK_SIZE) as usize;
-            let in_blk = (pos % BLOCK_SIZE) as usize;
-            let n = (BLOCK_SIZE as usize - in_blk).min(len - done);
-            f(b, self.blocks[b] + in_blk as u64, done, n);
-            done += n;
-        }
-    }
-
     /// Copies `buf.len()` bytes at `off` out of the media (a memcpy per block piece).
     /// `EFAULT` if the range leaves `[0, len)`.
     pub fn load(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
         self.check_range(off, buf.len())?;
         let inner = &self.fs.inner;
         let _g = inner.stripes.read(self.ino);
-        self.pieces(off, buf.len(), |_, media, at, n| {
-            inner.pm.read(media, &mut buf[at..at + n]);
-        });
+        for p in pieces(off, buf.len()) {
+            let media = self.blocks[p.lblk as usize] + p.in_blk as u64;
+            inner.pm.read(media, &mut buf[p.at..p.at + p.len]);
+        }
         Ok(())
     }
 
@@ -184,23 +172,15 @@ impl DirectMap {
         self.check_range(off, data.len())?;
         let inner = &self.fs.inner;
         let _g = inner.stripes.write(self.ino);
-        let (dirty, dirty_blocks) = (&mut self.dirty, &mut self.dirty_blocks);
-        let blocks = &self.blocks;
-        let mut done = 0;
-        while done < data.len() {
-            let pos = off + done as u64;
-            let b = (pos / BLOCK_SIZE) as usize;
-            let in_blk = pos % BLOCK_SIZE;
-            let n = (BLOCK_SIZE - in_blk).min((data.len() - done) as u64);
+        for p in pieces(off, data.len()) {
+            let b = p.lblk as usize;
             inner
                 .pm
-                .write(blocks[b] + in_blk, &data[done..done + n as usize]);
-            let mask = line_mask(in_blk, n);
-            if dirty[b] == 0 {
-                dirty_blocks.push(b as u32);
+                .write(self.blocks[b] + p.in_blk as u64, &data[p.at..p.at + p.len]);
+            if self.dirty[b] == 0 {
+                self.dirty_blocks.push(b as u32);
             }
-            dirty[b] |= mask;
-            done += n as usize;
+            self.dirty[b] |= line_mask(p.in_blk as u64, p.len as u64);
         }
         Ok(())
     }
