@@ -81,28 +81,13 @@ pub fn dashed_uuid(hex: &str) -> String {
 pub fn iso8601_utc(ns: u64) -> String {
     let secs = ns / 1_000_000_000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
+    let (y, m, d) = nvmfs_lab::study::env::civil_from_days(days as i64);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
         rem / 60 % 60,
         rem % 60
     )
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]

@@ -103,24 +103,29 @@ impl Environment {
 
 /// `YYYY-MM-DDTHH-MM-SSZ` (UTC) for directory names, without a date crate.
 pub fn utc_stamp(unix: u64) -> String {
-    let days = (unix / 86_400) as i64;
+    let (y, m, d) = civil_from_days((unix / 86_400) as i64);
     let secs = unix % 86_400;
-    // Howard Hinnant's civil-from-days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}-{:02}-{:02}Z",
         secs / 3600,
         secs / 60 % 60,
         secs % 60
     )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (Howard Hinnant's civil-from-days).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
 }
 
 #[cfg(test)]
