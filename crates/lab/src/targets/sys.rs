@@ -242,10 +242,16 @@ impl ScratchDir {
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir_all(&self.path) {
-            if e.kind() != io::ErrorKind::NotFound {
-                eprintln!("warning: cannot remove {}: {e}", self.path.display());
-            }
+        warn_unless_gone(fs::remove_dir_all(&self.path), &self.path);
+    }
+}
+
+/// Drop can only warn: a failed removal (other than of something already
+/// gone) is reported on stderr.
+fn warn_unless_gone(r: io::Result<()>, path: &Path) {
+    if let Err(e) = r {
+        if e.kind() != io::ErrorKind::NotFound {
+            eprintln!("warning: cannot remove {}: {e}", path.display());
         }
     }
 }
@@ -273,11 +279,7 @@ impl ScratchFile {
 
 impl Drop for ScratchFile {
     fn drop(&mut self) {
-        if let Err(e) = fs::remove_file(&self.path) {
-            if e.kind() != io::ErrorKind::NotFound {
-                eprintln!("warning: cannot remove {}: {e}", self.path.display());
-            }
-        }
+        warn_unless_gone(fs::remove_file(&self.path), &self.path);
     }
 }
 
