@@ -184,3 +184,30 @@ fn fs_free_bytes(dir: &std::path::Path) -> u64 {
     let free = st.f_bavail as u64 * st.f_frsize as u64;
     free
 }
+
+#[test]
+fn a_forked_child_does_not_keep_the_lock_after_unmount() {
+    let (_d, p) = image();
+    let fs = Fs::mount(&p, &MountOptions::default()).unwrap();
+    // A child forked while the image is mounted shares the locked open file description
+    // (another thread of a process forking for mkfs or mount does this); it outlives the
+    // unmount here, as a child between fork and exec can.
+    // SAFETY: the child only sleeps and exits, both async-signal-safe.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        unsafe {
+            libc::sleep(3);
+            libc::_exit(0);
+        }
+    }
+    fs.unmount().unwrap();
+    let again = Fs::mount(&p, &MountOptions::default());
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, &mut status, 0);
+    }
+    again.expect("the unmount released the lock although a forked child still has the file");
+}

@@ -152,6 +152,7 @@ impl Fs {
         let pm = Pm::map_file(&f, path, blocks * BLOCK_SIZE, true)?;
         write_fresh(&pm, &geo);
         pm.sync_backing()?;
+        unlock_image(&f);
         Ok(())
     }
 
@@ -372,6 +373,15 @@ fn preallocate(f: &std::fs::File, len: u64) -> io::Result<()> {
     }
 }
 
+/// Releases the image's lock now rather than at close. The lock belongs to the open file
+/// description, which a child process forked meanwhile by another thread of this process
+/// shares until its exec closes it: without this, a mount right after a format or an unmount
+/// in the same process could find the image "in use" for that moment.
+pub(crate) fn unlock_image(f: &std::fs::File) {
+    // SAFETY: flock on our own open descriptor; failure leaves the release to close.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+}
+
 pub(crate) fn lock_image(f: &std::fs::File, path: &Path, exclusive: bool) -> io::Result<()> {
     let op = if exclusive {
         libc::LOCK_EX
@@ -581,5 +591,8 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         let _ = self.close();
+        if let Some(f) = &self._image {
+            unlock_image(f);
+        }
     }
 }

@@ -5,7 +5,7 @@
 //! kernel's page cache and attribute/entry caches in front).
 
 use crate::kernel::{self, Resource};
-use crate::targets::nvmfs::{format_scratch, mount_retrying};
+use crate::targets::nvmfs::{format_scratch, mount_image};
 use crate::targets::sys::{annotate, ScratchDir, ScratchFile, SysFs};
 use nvmfs::Fs;
 use nvmfs_fuse::fuser::BackgroundSession;
@@ -81,7 +81,7 @@ impl FuseTarget {
     }
 
     fn mount(&mut self) -> io::Result<()> {
-        let fs = mount_retrying(self.image.path(), &self.cfg.core_options())?;
+        let fs = mount_image(self.image.path(), &self.cfg.core_options())?;
         let (session, _shutdown) =
             nvmfs_fuse::session(fs.clone(), self.mnt.path(), &self.cfg, "nvmfs-lab")
                 .map_err(|e| annotate(e, "cannot mount FUSE on", self.mnt.path()))?;

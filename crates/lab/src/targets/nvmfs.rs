@@ -19,7 +19,7 @@ impl NvmfsTarget {
     /// Formats `image` (which must not exist yet) and mounts it.
     pub fn create(image: PathBuf, size_bytes: u64, inode_count: u64) -> io::Result<Self> {
         let image = format_scratch(image, size_bytes, inode_count)?;
-        let fs = mount_retrying(image.path(), &MountOptions::default())?;
+        let fs = mount_image(image.path(), &MountOptions::default())?;
         Ok(NvmfsTarget {
             fs: Some(fs),
             image,
@@ -43,7 +43,7 @@ impl NvmfsTarget {
             fs.unmount()
                 .map_err(|e| annotate(e, "cannot unmount nvmfs image", self.image.path()))?;
         }
-        self.fs = Some(mount_retrying(self.image.path(), &MountOptions::default())?);
+        self.fs = Some(mount_image(self.image.path(), &MountOptions::default())?);
         Ok(())
     }
 
@@ -176,21 +176,11 @@ impl crate::filebench::LabTarget for NvmfsTarget {
     }
 }
 
-/// Mounts `image`, retrying a busy one for up to 2 s: a child process forked
-/// elsewhere in this process (mkfs, mount, losetup) shares our descriptors
-/// until its exec closes them, and with them the image's lock, also the one
-/// `Fs::format` held a moment ago.
-pub(crate) fn mount_retrying(image: &Path, opts: &MountOptions) -> io::Result<Fs> {
-    let mut tries = 0;
-    loop {
-        match Fs::mount(image, opts) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < 100 => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            r => return r.map_err(|e| annotate(e, "cannot mount nvmfs image", image)),
-        }
-    }
+/// Mounts `image`, naming it in the error. (A child process forked meanwhile by another
+/// thread shares the image's descriptor until its exec, but `Fs::format` and unmount release
+/// the lock explicitly, so a mount right after them is not refused.)
+pub(crate) fn mount_image(image: &Path, opts: &MountOptions) -> io::Result<Fs> {
+    Fs::mount(image, opts).map_err(|e| annotate(e, "cannot mount nvmfs image", image))
 }
 
 /// Claims `image` (which must not exist yet) and formats it; the image is
