@@ -16,6 +16,10 @@ pub const GROUP_INODES: u64 = 4096;
 pub struct InodeAlloc {
     groups: Vec<Mutex<Vec<u32>>>,
     free: AtomicU64,
+    /// Set once the pools have been filled from the inode table. A shared mount that joins
+    /// a running image starts without (`unscanned`) and scans at its first allocation, so a
+    /// process that never creates a file never reads the whole table.
+    scanned: std::sync::OnceLock<()>,
 }
 
 impl InodeAlloc {
@@ -32,10 +36,30 @@ impl InodeAlloc {
         for l in &mut lists {
             l.reverse();
         }
+        let scanned = std::sync::OnceLock::new();
+        let _ = scanned.set(());
         InodeAlloc {
             groups: lists.into_iter().map(Mutex::new).collect(),
             free: AtomicU64::new(free),
+            scanned,
         }
+    }
+
+    /// Empty pools to be filled by `fill_once` before the first allocation.
+    pub fn unscanned(inode_count: u64) -> InodeAlloc {
+        let mut a = InodeAlloc::new(inode_count, std::iter::empty());
+        a.scanned.take();
+        a
+    }
+
+    pub fn is_scanned(&self) -> bool {
+        self.scanned.get().is_some()
+    }
+
+    /// Fills unscanned pools from `scan` (once; concurrent callers wait for it).
+    pub fn fill_once(&self, scan: impl FnOnce() -> Vec<u32>) {
+        self.scanned
+            .get_or_init(|| self.rebuild(scan().into_iter()));
     }
 
     /// Takes a free inode number, preferring this thread's group.
@@ -49,6 +73,17 @@ impl InodeAlloc {
             }
         }
         None
+    }
+
+    /// Replaces the pools with `free_inodes` (ascending). Only while no number handed out by
+    /// this pool is still on its way to media: shared mounts call it when the image has been
+    /// theirs alone since their last operation finished.
+    pub fn rebuild(&self, free_inodes: impl Iterator<Item = u32>) {
+        let fresh = InodeAlloc::new(self.groups.len() as u64 * GROUP_INODES, free_inodes);
+        for (g, f) in self.groups.iter().zip(fresh.groups) {
+            *g.lock() = f.into_inner();
+        }
+        self.free.store(fresh.free.into_inner(), Ordering::Relaxed);
     }
 
     /// Returns an inode number whose record is now free on media.

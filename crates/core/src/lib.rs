@@ -23,6 +23,7 @@ pub mod journal;
 pub mod layout;
 pub mod mapping;
 pub mod media;
+pub mod shared;
 pub mod testing;
 
 pub use fs::{

@@ -367,7 +367,7 @@ impl Inner {
             // A live DirectMap points at the blocks of [0, its length): freeing them would
             // leave it storing into blocks that another file may get. Refused, not deferred
             // (see DirectMap).
-            if size < self.open.mapped_len(ino) {
+            if size < self.mapped_len(ino) {
                 return Err(errno(libc::EBUSY));
             }
             let old_end = i.map_end();
@@ -421,7 +421,7 @@ impl Inner {
         check_regular(&i)?;
         if punch {
             // Punching a hole under a live DirectMap would free blocks it points at.
-            if off < self.open.mapped_len(ino) {
+            if off < self.mapped_len(ino) {
                 return Err(errno(libc::EBUSY));
             }
             return self.punch_hole(ino, &mut i, off, end);

@@ -375,6 +375,13 @@ impl DirCache {
         self.shards[ino as usize % SHARDS].write().remove(&ino);
     }
 
+    /// Forgets every directory (their indexes are rebuilt from media on next use).
+    pub fn clear(&self) {
+        for s in &self.shards {
+            s.write().clear();
+        }
+    }
+
     /// Bytes of DRAM held by the indexes (approximate), for `info`.
     pub fn dram_bytes(&self) -> u64 {
         let mut total = 0u64;

@@ -134,6 +134,32 @@ impl DirectMap {
         self.writable
     }
 
+    /// The media byte offset of each 4 KiB block of `[0, len)`: where a process maps the
+    /// image to give a program the file's pages directly (`nvmfs run`'s mmap).
+    pub fn block_offsets(&self) -> &[u64] {
+        &self.blocks
+    }
+
+    /// `msync` of `[off, off + len)` for stores that did not go through `store` (a program's
+    /// own stores into a mapping of `block_offsets`): writes back every line of the range,
+    /// stamps mtime and ctime, and fences. `EFAULT` outside `[0, len)`.
+    pub fn persist(&self, off: u64, len: u64) -> io::Result<()> {
+        let len = len.min(self.len.saturating_sub(off));
+        self.check_range(off, len as usize)?;
+        let inner = &self.fs.inner;
+        if len > 0 && self.writable {
+            let _g = inner.stripes.write(self.ino);
+            for p in pieces(off, len as usize) {
+                inner
+                    .pm
+                    .persist(self.blocks[p.lblk as usize] + p.in_blk as u64, p.len);
+            }
+            inner.stamp_times(self.ino, now_ns());
+            inner.pm.fence();
+        }
+        inner.pm.sync_backing()
+    }
+
     /// Bytes stored since the last `sync`, rounded to whole 64-byte lines.
     pub fn dirty_bytes(&self) -> u64 {
         self.dirty_blocks

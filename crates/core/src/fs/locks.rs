@@ -82,18 +82,16 @@ impl OpenTable {
         self.shard(ino).entry(ino).or_default().count += 1;
     }
 
-    /// Drops one reference; true when it was the last one of an inode that lost its last
-    /// link while open (the caller frees it).
-    pub fn release(&self, ino: u32) -> bool {
+    /// Drops one reference. `None` while others remain; after the last one, whether the
+    /// inode lost its last link while open here (`mark_unlinked`).
+    pub fn release(&self, ino: u32) -> Option<bool> {
         let mut shard = self.shard(ino);
-        let Some(e) = shard.get_mut(&ino) else {
-            return false;
-        };
+        let e = shard.get_mut(&ino)?;
         e.count -= 1;
         if e.count > 0 {
-            return false;
+            return None;
         }
-        shard.remove(&ino).is_some_and(|e| e.unlinked)
+        shard.remove(&ino).map(|e| e.unlinked)
     }
 
     /// Called when `ino` lost its last link: true if it is open (and is now marked to be
@@ -130,6 +128,11 @@ impl OpenTable {
             .get(&ino)
             .and_then(|e| e.maps.iter().copied().max())
             .unwrap_or(0)
+    }
+
+    /// Whether this process holds any reference to `ino`.
+    pub fn is_open(&self, ino: u32) -> bool {
+        self.shard(ino).contains_key(&ino)
     }
 
     pub fn open_count(&self) -> usize {

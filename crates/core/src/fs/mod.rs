@@ -8,6 +8,7 @@ mod locks;
 pub(crate) mod mount;
 mod ops;
 mod path;
+mod peers;
 mod rename;
 
 use std::io;
@@ -30,6 +31,7 @@ use crate::mapping::FileMap;
 use crate::media::Pm;
 use dir::{DirCache, DirIndex, DirState};
 use locks::{OpenTable, Stripes};
+pub(crate) use peers::Peers;
 
 /// A mounted nvmfs image. Cheap to clone; `Send + Sync`: operations on different files and
 /// directories run in parallel and readers do not block readers.
@@ -57,6 +59,8 @@ pub(crate) struct Inner {
     /// Holds the image's exclusive lock (flock) while mounted.
     pub _image: Option<std::fs::File>,
     pub unmounted: AtomicBool,
+    /// The other processes of a shared mount (`nvmfs::shared`); `None` for a plain mount.
+    pub peers: Option<Arc<dyn peers::Peers>>,
 }
 
 pub(crate) fn errno(e: i32) -> io::Error {

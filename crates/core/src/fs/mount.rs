@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 
 use super::dir::DirCache;
 use super::locks::{OpenTable, Stripes};
+use super::Peers;
 use super::{corrupt_to_io, errno, now_ns, Fs, Inner};
 use crate::alloc::InodeAlloc;
 use crate::journal::{self, Journal, LaneState};
@@ -26,7 +27,7 @@ use crate::layout::superblock::{
     Geometry, Superblock, PRIMARY_BLOCK, REPLICA_BLOCK, ROOT_INO, STATE_BLOCK,
 };
 use crate::layout::{corrupted, Corrupted, BLOCK_SIZE};
-use crate::mapping::hashfs::{self, HashFs, RESERVED, TOMBSTONE};
+use crate::mapping::hashfs::{self, HashFs, SharedWord, UsedCount, RESERVED, TOMBSTONE};
 use crate::media::Pm;
 
 /// mkfs parameters.
@@ -200,6 +201,20 @@ impl Fs {
         path: Option<PathBuf>,
         image: Option<std::fs::File>,
     ) -> io::Result<Fs> {
+        Self::mount_region(pm, opts, path, image, None)
+    }
+
+    /// Mounts `pm` as a plain mount (`shared` = None) or as one process of a shared mount.
+    /// The first process of a shared mount recovers the image as a plain mount does; the
+    /// others join it as it is, while it runs (the coordination in `nvmfs::shared` gives
+    /// them the image to themselves meanwhile).
+    pub(crate) fn mount_region(
+        pm: Pm,
+        opts: &MountOptions,
+        path: Option<PathBuf>,
+        image: Option<std::fs::File>,
+        shared: Option<SharedParts>,
+    ) -> io::Result<Fs> {
         check_region_len(&pm)?;
         let (sb, used_replica) = read_superblock(&pm)?;
         let geo = sb.geo.clone();
@@ -218,6 +233,22 @@ impl Fs {
                 io::ErrorKind::Unsupported,
                 "image has read-only-compatible features this build lacks; mount read-only",
             ));
+        }
+        if let Some(parts) = shared.as_ref().filter(|p| !p.first) {
+            let inner = Inner::assemble(
+                pm,
+                geo.clone(),
+                sb,
+                HashFs::with_count(&geo, UsedCount::Shared(parts.used.clone_word())),
+                InodeAlloc::unscanned(geo.inode_count),
+                opts,
+                path,
+                image,
+                Some(parts.peers.clone()),
+            );
+            return Ok(Fs {
+                inner: Arc::new(inner),
+            });
         }
         let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
         let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
@@ -244,27 +275,31 @@ impl Fs {
         if !opts.read_only {
             report.tombstones_compacted = hashfs::compact_tombstones(&pm, &geo);
         }
-        let inner = Inner {
-            map: Box::new(HashFs::new(&geo, used)),
-            journal: Journal::new(&geo),
-            inodes: InodeAlloc::new(geo.inode_count, scan.free.iter().copied()),
-            stripes: Stripes::default(),
-            dirs: DirCache::default(),
-            open: OpenTable::default(),
-            rename_lock: Mutex::new(()),
-            read_only: opts.read_only,
-            hash_seed: std::collections::hash_map::RandomState::new().hash_one(0u64),
-            path,
-            recovery: RecoveryReport::default(),
-            _image: image,
-            unmounted: AtomicBool::new(false),
-            pm,
-            geo,
-            sb,
+        let map = match &shared {
+            Some(parts) => {
+                let count = UsedCount::Shared(parts.used.clone_word());
+                count.store(used, Ordering::Release);
+                HashFs::with_count(&geo, count)
+            }
+            None => HashFs::new(&geo, used),
         };
-        let mut inner = inner;
+        let mut inner = Inner::assemble(
+            pm,
+            geo.clone(),
+            sb,
+            map,
+            InodeAlloc::new(geo.inode_count, scan.free.iter().copied()),
+            opts,
+            path,
+            image,
+            shared.as_ref().map(|p| p.peers.clone()),
+        );
         if !inner.read_only {
             for &ino in &scan.orphans {
+                // A description inherited across an exec may still hold it (shared mounts).
+                if inner.peers.as_ref().is_some_and(|p| p.open_anywhere(ino)) {
+                    continue;
+                }
                 inner.free_inode(ino)?;
                 report.orphans_freed += 1;
             }
@@ -512,7 +547,12 @@ pub(crate) fn allowed_blocks(i: &Inode) -> u64 {
 /// Counts used slots. After an unclean shutdown also frees slots left reserved, slots mapping
 /// blocks no inode may own (past EOF of a write that did not finish, or of a freed inode),
 /// and fixes per-inode block counts.
-fn repair_table(pm: &Pm, geo: &Geometry, unclean: bool, report: &mut RecoveryReport) -> u64 {
+pub(crate) fn repair_table(
+    pm: &Pm,
+    geo: &Geometry,
+    unclean: bool,
+    report: &mut RecoveryReport,
+) -> u64 {
     let mut used = 0;
     let mut counts: hashbrown::HashMap<u32, u64> = hashbrown::HashMap::new();
     for s in 0..geo.data_blocks {
@@ -572,12 +612,86 @@ fn fix_block_counts(
     }
 }
 
+/// What a shared mount brings to `Fs::mount_region` (see `nvmfs::shared`).
+pub(crate) struct SharedParts {
+    pub peers: Arc<dyn Peers>,
+    /// The used-slot count every attached process shares.
+    pub used: SharedCount,
+    /// No other process is attached: recover the image as a plain mount would.
+    pub first: bool,
+}
+
+/// A shared used-slot word that can be handed to several tables (each mount gets a clone).
+#[derive(Clone)]
+pub(crate) struct SharedCount {
+    pub ptr: *mut u64,
+    pub keep: Arc<dyn Send + Sync>,
+}
+
+impl SharedCount {
+    fn clone_word(&self) -> SharedWord {
+        // SAFETY: the creator of a SharedCount (shared/coord.rs) points it at an aligned word
+        // of the coordination mapping, which `keep` holds.
+        unsafe { SharedWord::new(self.ptr, self.keep.clone()) }
+    }
+}
+
+/// The numbers of free inode records (mode 0), ascending, without validating the rest: the
+/// pools of a shared mount that joins a running image.
+pub(crate) fn free_inodes(pm: &Pm, geo: &Geometry) -> Vec<u32> {
+    (1..geo.inode_count)
+        .filter(|&ino| pm.load_u64(geo.inode_off(ino)) as u32 == 0)
+        .map(|ino| ino as u32)
+        .collect()
+}
+
 impl Inner {
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        pm: Pm,
+        geo: Geometry,
+        sb: Superblock,
+        map: HashFs,
+        inodes: InodeAlloc,
+        opts: &MountOptions,
+        path: Option<PathBuf>,
+        image: Option<std::fs::File>,
+        peers: Option<Arc<dyn Peers>>,
+    ) -> Inner {
+        Inner {
+            map: Box::new(map),
+            journal: Journal::new(&geo),
+            inodes,
+            stripes: Stripes::default(),
+            dirs: DirCache::default(),
+            open: OpenTable::default(),
+            rename_lock: Mutex::new(()),
+            read_only: opts.read_only,
+            hash_seed: std::collections::hash_map::RandomState::new().hash_one(0u64),
+            path,
+            recovery: RecoveryReport::default(),
+            _image: image,
+            // A shared mount never marks the image clean on its own: the last process to
+            // detach does (`write_clean`).
+            unmounted: AtomicBool::new(peers.is_some()),
+            peers,
+            pm,
+            geo,
+            sb,
+        }
+    }
+
     /// Marks the image clean. Called once, when the last handle goes.
     pub(crate) fn close(&self) -> io::Result<()> {
         if self.read_only || self.unmounted.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.write_clean()
+    }
+
+    /// Writes the mapping back and marks the image clean (unmount; the last process of a
+    /// shared mount).
+    pub(crate) fn write_clean(&self) -> io::Result<()> {
         self.pm.sync_backing()?;
         let mut st = MountState::decode(self.pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN))
             .unwrap_or_default();

@@ -189,7 +189,7 @@ impl Inner {
         if idx.find(&self.pm, &self.geo, name, h).is_some() {
             return Err(errno(libc::EEXIST));
         }
-        let ino = self.inodes.alloc().ok_or_else(|| errno(libc::ENOSPC))?;
+        let ino = self.alloc_inode()?;
         let ins = match self.plan_insert(idx, parent, dentry::units_for(name.len())) {
             Ok(ins) => ins,
             Err(e) => {
@@ -266,6 +266,7 @@ impl Inner {
             p.nlink = p.nlink.saturating_add(1);
         }
         st.write(self, &mut tx);
+        self.note_dir_changed(parent);
         tx.commit();
         drop(_locks);
         drop(g);
@@ -276,6 +277,20 @@ impl Inner {
             self.open.acquire(ino);
         }
         Ok((ino, new))
+    }
+
+    /// A free inode number. The record on media is the judge: a shared mount's pools may still
+    /// hold numbers another process has taken since they were built (`nvmfs::shared`).
+    fn alloc_inode(&self) -> io::Result<u32> {
+        self.inodes
+            .fill_once(|| super::mount::free_inodes(&self.pm, &self.geo));
+        loop {
+            let ino = self.inodes.alloc().ok_or_else(|| errno(libc::ENOSPC))?;
+            // Mode is the record's first 4 bytes; 0 means free (FORMAT.md).
+            if self.pm.load_u64(self.geo.inode_off(ino as u64)) as u32 == 0 {
+                return Ok(ino);
+            }
+        }
     }
 
     /// Removes `name` from `parent` (unlink, or rmdir when `dir`).
@@ -323,6 +338,7 @@ impl Inner {
         c.ctime_ns = now;
         let last = c.nlink == 0;
         st.write(self, &mut tx);
+        self.note_dir_changed(parent);
         tx.commit();
         drop(_locks);
         drop(g);
@@ -336,7 +352,7 @@ impl Inner {
             }
             // Under the exclusive index lock: a lookup that found the entry has taken its
             // open reference by now, and none can find it any more.
-            last && !self.open.mark_unlinked(child)
+            last && !self.keep_unlinked(child)
         };
         // Freeing the blocks needs no directory lock: the child is unreachable, and its
         // number is not reused before free_inode returns it.
@@ -618,6 +634,7 @@ impl Fs {
         p.dir_units = ins.plan.new_hw;
         p.blocks = p.blocks.saturating_add(ins.claim.is_some() as u64);
         st.write(inner, &mut tx);
+        inner.note_dir_changed(parent);
         tx.commit();
         drop(_locks);
         drop(g);
@@ -766,10 +783,16 @@ impl Fs {
     pub fn release_ino(&self, ino: u64) -> io::Result<()> {
         let inner = &self.inner;
         let ino = to_ino(ino)?;
-        if !inner.open.release(ino) || inner.read_only {
+        let Some(unlinked_here) = inner.open.release(ino) else {
+            return Ok(());
+        };
+        if inner.read_only {
             return Ok(());
         }
         let _g = inner.stripes.write(ino);
+        if !inner.free_on_last_release(ino, unlinked_here) {
+            return Ok(());
+        }
         inner.free_inode(ino)
     }
 }

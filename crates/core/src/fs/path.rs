@@ -343,6 +343,26 @@ impl Fs {
         }
     }
 
+    /// A handle on inode `ino` (any type; reads and writes need a regular file), taking an
+    /// open reference, as if opened by path with `read` / `write` access: for callers that
+    /// resolve paths themselves (the `nvmfs run` preload) or reopen an inherited description.
+    pub fn file_from_ino(&self, ino: u64, read: bool, write: bool) -> io::Result<File> {
+        self.open_ino(ino)?;
+        let ft = match self.getattr(ino) {
+            Ok(m) => m.file_type,
+            Err(e) => {
+                self.release_ino(ino)?;
+                return Err(e);
+            }
+        };
+        let o = OpenOptions {
+            read,
+            write,
+            ..OpenOptions::default()
+        };
+        self.open_resolved(ino, ft, &o)
+    }
+
     /// Finishes an open of `ino`, which already holds an open reference.
     fn open_resolved(&self, ino: u64, ft: FileType, o: &OpenOptions) -> io::Result<File> {
         let file = File {
@@ -488,6 +508,15 @@ impl File {
                 .write_data(self.ino, offset, buf, self.append, c)
         })
         .map(|(n, _)| n)
+    }
+
+    /// Writes at the end of the file, atomically with finding it (O_APPEND): returns the
+    /// bytes written and the new size.
+    pub fn append(&self, buf: &[u8]) -> io::Result<(usize, u64)> {
+        if !self.writable {
+            return Err(errno(libc::EBADF));
+        }
+        self.with_cache(|c| self.fs.inner.write_data(self.ino, 0, buf, true, c))
     }
 
     pub fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {

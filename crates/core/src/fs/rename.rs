@@ -272,6 +272,10 @@ impl Rename<'_> {
             p.ctime_ns = now;
         }
         st.write(inner, &mut tx);
+        inner.note_dir_changed(sp);
+        if dp != sp {
+            inner.note_dir_changed(dp);
+        }
         tx.commit();
         let _ = pm;
         // DRAM indexes follow the committed state.
@@ -286,7 +290,7 @@ impl Rename<'_> {
             if v.ftype == FileType::Dir {
                 inner.dirs.remove(v.ino);
             }
-            if !inner.open.mark_unlinked(v.ino) {
+            if !inner.keep_unlinked(v.ino) {
                 inner.free_inode(v.ino)?;
             }
         }

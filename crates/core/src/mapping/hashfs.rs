@@ -42,16 +42,63 @@ fn mix(mut x: u64) -> u64 {
 pub struct HashFs {
     table_off: u64,
     slots: u64,
-    used: AtomicU64,
+    used: UsedCount,
+}
+
+/// The number of slots in use (keys and claims in flight): this mount's own counter, or a
+/// word in memory shared by every process attached to the image (`nvmfs::shared`), so a
+/// reservation in one process sees the blocks taken by the others.
+pub enum UsedCount {
+    Own(AtomicU64),
+    Shared(SharedWord),
+}
+
+/// An `AtomicU64` in a shared mapping, kept alive by `_keep`.
+pub struct SharedWord {
+    ptr: std::ptr::NonNull<AtomicU64>,
+    _keep: std::sync::Arc<dyn Send + Sync>,
+}
+
+// SAFETY: the word is an atomic in a mapping that `_keep` holds for the word's life.
+unsafe impl Send for SharedWord {}
+// SAFETY: as above; only atomic operations reach it.
+unsafe impl Sync for SharedWord {}
+
+impl SharedWord {
+    /// # Safety
+    /// `ptr` must be 8-byte aligned and stay mapped, readable and writable as long as `keep`
+    /// lives; every access to it must be atomic.
+    pub unsafe fn new(ptr: *mut u64, keep: std::sync::Arc<dyn Send + Sync>) -> SharedWord {
+        SharedWord {
+            ptr: std::ptr::NonNull::new(ptr.cast()).expect("non-null shared word"),
+            _keep: keep,
+        }
+    }
+}
+
+impl std::ops::Deref for UsedCount {
+    type Target = AtomicU64;
+    fn deref(&self) -> &AtomicU64 {
+        match self {
+            UsedCount::Own(a) => a,
+            // SAFETY: see SharedWord::new.
+            UsedCount::Shared(w) => unsafe { w.ptr.as_ref() },
+        }
+    }
 }
 
 impl HashFs {
     /// A table over the geometry's data region; `used` is counted by the mount-time scan.
     pub fn new(geo: &Geometry, used: u64) -> HashFs {
+        Self::with_count(geo, UsedCount::Own(AtomicU64::new(used)))
+    }
+
+    /// A table whose used-slot count lives in `used` (shared mounts).
+    pub fn with_count(geo: &Geometry, used: UsedCount) -> HashFs {
         HashFs {
             table_off: geo.slot_off(0),
             slots: geo.data_blocks,
-            used: AtomicU64::new(used),
+            used,
         }
     }
 
@@ -182,6 +229,10 @@ impl FileMap for HashFs {
 
     fn used_blocks(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
+    }
+
+    fn set_used(&self, used: u64) {
+        self.used.store(used, Ordering::Release);
     }
 
     fn total_blocks(&self) -> u64 {

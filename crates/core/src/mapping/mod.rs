@@ -62,6 +62,8 @@ pub trait FileMap: Send + Sync {
     fn freed(&self, count: u64);
     /// Data blocks in use (mapped or claimed).
     fn used_blocks(&self) -> u64;
+    /// Sets the used count after a recount (recovery from a crashed peer process).
+    fn set_used(&self, used: u64);
     /// All data blocks.
     fn total_blocks(&self) -> u64;
 }

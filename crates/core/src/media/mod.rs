@@ -40,7 +40,19 @@ unsafe impl Sync for Pm {}
 impl Pm {
     /// Maps `len` bytes of the file at `path` (MAP_SHARED, MAP_SYNC on a DAX mount).
     pub fn map_file(file: &std::fs::File, path: &Path, len: u64, writable: bool) -> io::Result<Pm> {
-        let (backing, mode) = Backing::map(file, path, len, writable)?;
+        Self::map_file_with(file, path, len, writable, true)
+    }
+
+    /// As `map_file`; `populate_shm` = false leaves a tmpfs image's pages to be mapped on
+    /// first touch (a short-lived process of a shared mount touches few of them).
+    pub fn map_file_with(
+        file: &std::fs::File,
+        path: &Path,
+        len: u64,
+        writable: bool,
+        populate_shm: bool,
+    ) -> io::Result<Pm> {
+        let (backing, mode) = Backing::map(file, path, len, writable, populate_shm)?;
         Ok(Self::from_backing(backing, mode, len))
     }
 

@@ -54,6 +54,7 @@ impl Backing {
         path: &Path,
         len: u64,
         writable: bool,
+        populate_shm: bool,
     ) -> io::Result<(Backing, MediaMode)> {
         let len_usize =
             usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
@@ -84,7 +85,11 @@ impl Backing {
         }
         // On tmpfs the pages already exist (mkfs preallocates them): mapping them all now keeps
         // page faults off the data path, as on a DAX device.
-        let populate = if on_tmpfs { libc::MAP_POPULATE } else { 0 };
+        let populate = if on_tmpfs && populate_shm {
+            libc::MAP_POPULATE
+        } else {
+            0
+        };
         let ptr = mmap(len_usize, prot, libc::MAP_SHARED | populate, fd)
             .ok_or_else(io::Error::last_os_error)?;
         let mode = if on_tmpfs {

@@ -1,0 +1,245 @@
+//! The coordination file: one per image, in /dev/shm, mapped by every process attached to
+//! the image. Nothing in it is needed to read the image; it holds only what the attached
+//! processes share while they run (see ARCHITECTURE.md §7 for the layout and protocol):
+//!
+//! - the mapping (`MAP_LEN` bytes): a header (magic, the ownership gate, the shared count of
+//!   used blocks, the sequence of directory changes), the process table, the ring of changed
+//!   directories, the list of orphans left open elsewhere, and the open file descriptions;
+//! - byte-range locks (open file description locks, far past the mapped bytes), which the
+//!   kernel drops when their description's last descriptor closes, however the process ends:
+//!   `DMS` (every attached process holds it shared; exclusive means "alone"), one per process
+//!   slot (held by the process: alive), one per description slot, and per inode an "open"
+//!   and a "mapped" byte held shared by every description and direct map of that inode.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::io::RawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+use super::sys;
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"nvmfsCo1");
+pub const MAP_LEN: usize = 4 << 20;
+
+// Header words, each on its own cache line where processes contend.
+const H_MAGIC: usize = 0;
+const H_GATE: usize = 64;
+const H_WAKE: usize = 128;
+const H_USED: usize = 192;
+const H_SEQ: usize = 256;
+const H_NEXT_DESC: usize = 320;
+const H_ORPHAN_OVERFLOW: usize = 384;
+
+/// Process slots: (epoch u32, pid u32) each.
+pub const PROCS: usize = 4000;
+const PROC_OFF: usize = 4096;
+/// Ring of directories changed, by sequence number.
+pub const RING: u64 = 4096;
+const RING_OFF: usize = 40960;
+/// Orphans (inode numbers, 0 = empty) left because another description held them.
+pub const ORPHANS: usize = 1024;
+const ORPHAN_OFF: usize = RING_OFF + RING as usize * 8;
+/// Open file descriptions: 32 bytes each.
+pub const DESCS: usize = 65536;
+const DESC_OFF: usize = ORPHAN_OFF + ORPHANS * 4;
+const DESC_SIZE: usize = 32;
+const _: () = assert!(DESC_OFF + DESCS * DESC_SIZE <= MAP_LEN);
+const _: () = assert!(PROC_OFF + PROCS * 8 <= RING_OFF && DESC_OFF.is_multiple_of(64));
+
+// Lock bytes.
+pub const DMS_LOCK: u64 = 0;
+pub const PROC_LOCK: u64 = 1 << 20;
+pub const DESC_LOCK: u64 = 1 << 24;
+pub const INO_LOCK: u64 = 1 << 32;
+pub const MAP_LOCK: u64 = 1 << 33;
+/// A description's file position encodes its slot (the offset is otherwise unused, and
+/// survives exec with the descriptor).
+pub const DESC_POS: u64 = 1 << 40;
+
+/// The mapped coordination file of one image, shared by the handles of this process.
+pub struct CoordMap {
+    base: *mut u8,
+    pub path: CString,
+    /// (st_dev, st_ino) of the file: how an inherited descriptor is recognised.
+    pub id: (u64, u64),
+}
+
+// SAFETY: the mapping is only reached through atomics (see the accessors).
+unsafe impl Send for CoordMap {}
+// SAFETY: as above.
+unsafe impl Sync for CoordMap {}
+
+impl Drop for CoordMap {
+    fn drop(&mut self) {
+        sys::unmap(self.base, MAP_LEN);
+    }
+}
+
+impl CoordMap {
+    fn word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= MAP_LEN);
+        // SAFETY: an aligned word inside the mapping, which lives as long as self.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    fn word32(&self, off: usize) -> &AtomicU32 {
+        debug_assert!(off.is_multiple_of(4) && off + 4 <= MAP_LEN);
+        // SAFETY: as `word`.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+
+    pub fn gate(&self) -> &AtomicU64 {
+        self.word(H_GATE)
+    }
+    pub fn wake(&self) -> &AtomicU32 {
+        self.word32(H_WAKE)
+    }
+    pub fn used_ptr(&self) -> *mut u64 {
+        // SAFETY: inside the mapping.
+        unsafe { self.base.add(H_USED) as *mut u64 }
+    }
+    pub fn seq(&self) -> &AtomicU64 {
+        self.word(H_SEQ)
+    }
+    pub fn next_desc(&self) -> &AtomicU64 {
+        self.word(H_NEXT_DESC)
+    }
+    pub fn orphan_overflow(&self) -> &AtomicU64 {
+        self.word(H_ORPHAN_OVERFLOW)
+    }
+    pub fn proc_epoch(&self, slot: usize) -> &AtomicU32 {
+        self.word32(PROC_OFF + slot * 8)
+    }
+    pub fn proc_pid(&self, slot: usize) -> &AtomicU32 {
+        self.word32(PROC_OFF + slot * 8 + 4)
+    }
+    pub fn ring(&self, seq: u64) -> &AtomicU64 {
+        self.word(RING_OFF + (seq % RING) as usize * 8)
+    }
+    pub fn orphan(&self, i: usize) -> &AtomicU32 {
+        self.word32(ORPHAN_OFF + i * 4)
+    }
+    pub fn desc_ino(&self, slot: usize) -> &AtomicU64 {
+        self.word(DESC_OFF + slot * DESC_SIZE)
+    }
+    pub fn desc_flags(&self, slot: usize) -> &AtomicI32 {
+        // SAFETY: as `word`; the flags are the third 4-byte word of the record.
+        unsafe { &*(self.base.add(DESC_OFF + slot * DESC_SIZE + 8) as *const AtomicI32) }
+    }
+    pub fn desc_offset(&self, slot: usize) -> &AtomicU64 {
+        self.word(DESC_OFF + slot * DESC_SIZE + 16)
+    }
+}
+
+/// Where the coordination file of the image `image` (open as `image_fd`) lives: named after
+/// the image file's device and inode, so every path to one image finds the same file.
+pub fn coord_path(image_fd: RawFd) -> io::Result<PathBuf> {
+    let st = sys::fstat(image_fd)?;
+    let dir = std::env::var_os("NVMFS_COORD_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
+    Ok(dir.join(format!("nvmfs-{:x}-{:x}.coord", st.st_dev, st.st_ino)))
+}
+
+/// The result of opening the coordination file.
+pub struct Opened {
+    pub map: CoordMap,
+    /// This process's own description of the file: holds DMS (shared, or exclusive while
+    /// `alone`) and the process slot lock; used for every "held by another?" query.
+    pub fd: RawFd,
+    /// No other process is attached (DMS taken exclusively): the caller recovers the image
+    /// and then calls `share`.
+    pub alone: bool,
+}
+
+/// Opens (creating it if needed) the coordination file at `path`, taking DMS. Retries if the
+/// last process detached and removed the file meanwhile.
+pub fn open(path: &Path, mode: u32) -> io::Result<Opened> {
+    let cpath = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    for _ in 0..100 {
+        let fd = sys::open(
+            &cpath,
+            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC,
+            0o600,
+        )
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("coordination file {}: {e}", path.display()),
+            )
+        })?;
+        sys::fchmod(fd, mode & 0o666);
+        // Exclusive if nobody is attached; otherwise wait for a shared hold (an exclusive
+        // holder is a first process still recovering the image).
+        let alone = sys::try_lock(fd, libc::F_WRLCK, DMS_LOCK)?;
+        if !alone {
+            sys::lock_wait(fd, libc::F_RDLCK, DMS_LOCK)?;
+        }
+        // The file we locked must still be the one at `path` (the last process out removes
+        // it while holding DMS exclusively).
+        let st = sys::fstat(fd)?;
+        let same = sys::stat(&cpath).is_ok_and(|p| p.st_dev == st.st_dev && p.st_ino == st.st_ino);
+        if !same {
+            sys::close(fd);
+            continue;
+        }
+        // Descriptions of processes between an exec and their re-attach keep slots in the
+        // mapping alive: the mapping is reset only when none exists.
+        let fresh = alone && !sys::locked_by_other(fd, DESC_LOCK, 0);
+        if fresh {
+            sys::ftruncate(fd, 0)?;
+        }
+        if (st.st_size as u64) < MAP_LEN as u64 || fresh {
+            sys::ftruncate(fd, MAP_LEN as u64)?;
+        }
+        let base = sys::map_shared(fd, MAP_LEN)?;
+        let map = CoordMap {
+            base,
+            path: cpath,
+            id: (st.st_dev, st.st_ino),
+        };
+        if alone {
+            // Nobody attached: any gate holder died; recovery follows.
+            map.gate().store(0, Ordering::Release);
+            map.word(H_MAGIC).store(MAGIC, Ordering::Release);
+        } else if map.word(H_MAGIC).load(Ordering::Acquire) != MAGIC {
+            sys::close(fd);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "coordination file {} is not one this nvmfs writes (another version attached?)",
+                    path.display()
+                ),
+            ));
+        }
+        return Ok(Opened { map, fd, alone });
+    }
+    Err(io::Error::other(format!(
+        "coordination file {}: kept disappearing while attaching",
+        path.display()
+    )))
+}
+
+/// Takes a free process slot for `fd`'s description: (slot, epoch).
+pub fn take_proc_slot(map: &CoordMap, fd: RawFd) -> io::Result<(usize, u32)> {
+    let start = (sys::getpid() as usize) % PROCS;
+    for i in 0..PROCS {
+        let slot = (start + i) % PROCS;
+        if sys::try_lock(fd, libc::F_WRLCK, PROC_LOCK + slot as u64)? {
+            // 16-bit epochs, never 0: a reused slot gets a new identity.
+            let mut epoch = (map.proc_epoch(slot).load(Ordering::Acquire) + 1) & 0xffff;
+            if epoch == 0 {
+                epoch = 1;
+            }
+            map.proc_epoch(slot).store(epoch, Ordering::Release);
+            map.proc_pid(slot).store(sys::getpid(), Ordering::Release);
+            return Ok((slot, epoch));
+        }
+    }
+    Err(io::Error::other(format!(
+        "more than {PROCS} processes attached to one nvmfs image"
+    )))
+}

@@ -1,0 +1,572 @@
+//! Shared mounts: several processes using one image at the same time, each running the file
+//! system in-process (the `nvmfs run` preload library is one per process).
+//!
+//! Design (ARCHITECTURE.md §7, GUARANTEES.md §8):
+//! - **One process at a time runs operations** on the image, any number of its threads at
+//!   once: the ownership gate (`gate.rs`), a word in the coordination file (`coord.rs`).
+//!   Within the owner, the core's own locks order threads as in a plain mount.
+//! - **DRAM state follows the image when it changes hands.** Directory changes are logged
+//!   (inode number, sequence) in a ring; a process that takes the gate from another drops
+//!   the indexes of the directories changed since it last had it. The used-block count lives
+//!   in the coordination file. Inode numbers are checked against the media when allocated
+//!   (`Inner::alloc_inode`), and pools are refilled from the table when they run low.
+//! - **Open file descriptions are kernel objects**: each is a descriptor of the coordination
+//!   file holding byte-range locks (its slot, and its inode's "open" byte), so the kernel
+//!   shares it across fork, dup and exec and drops it when its last descriptor closes, even
+//!   when the process is killed. The shared offset and status flags live in its slot.
+//!   Unlinking a file some description still holds leaves an orphan that the last closer,
+//!   the next process to detach, or the next recovery frees.
+//! - **A process killed mid-operation** leaves the gate counted and its owner's lock gone:
+//!   the next process to wait notices (`alive`), takes the gate and runs the recovery an
+//!   unclean mount would, on the live image (`Inner::recover_from_peer_crash`).
+//! - A plain (exclusive) mount of the same image, the FUSE mount among them, is refused
+//!   while shared mounts exist, and the other way round (`flock` shared vs exclusive).
+
+mod coord;
+mod gate;
+mod sys;
+
+use std::cell::RefCell;
+use std::io;
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::lock_api::RawRwLock as _;
+
+use crate::fs::mount::{lock_image, open_image, SharedCount, SharedParts};
+use crate::fs::Peers;
+use crate::layout::BLOCK_SIZE;
+use crate::media::Pm;
+use crate::{Fs, MountOptions};
+use coord::{CoordMap, DESCS, DESC_LOCK, DESC_POS, INO_LOCK, MAP_LOCK, ORPHANS, PROC_LOCK};
+
+/// Options of a shared mount.
+#[derive(Clone, Debug, Default)]
+pub struct SharedOptions {
+    pub read_only: bool,
+    /// Map every page of a tmpfs image up front (as a plain mount does). Off by default: a
+    /// short-lived process of a shared mount touches few pages.
+    pub populate: bool,
+}
+
+/// Below this many free inode numbers in its pools, a process refills them from the inode
+/// table when the image comes back to it.
+const INODE_REFILL_BELOW: u64 = 64;
+
+/// The coordination file as this process holds it. After a fork, the child replaces `fd`
+/// (the description is shared with the parent, whose locks it carries).
+struct Link {
+    map: Arc<CoordMap>,
+    fd: AtomicI32,
+}
+
+impl Link {
+    fn fd(&self) -> RawFd {
+        self.fd.load(Ordering::Acquire)
+    }
+}
+
+impl Peers for Link {
+    fn dir_changed(&self, ino: u32) {
+        let s = self.map.seq().fetch_add(1, Ordering::AcqRel);
+        self.map.ring(s).store(ino as u64, Ordering::Release);
+    }
+
+    fn open_anywhere(&self, ino: u32) -> bool {
+        sys::locked_by_other(self.fd(), INO_LOCK + ino as u64, 1)
+    }
+
+    fn mapped_anywhere(&self, ino: u32) -> bool {
+        sys::locked_by_other(self.fd(), MAP_LOCK + ino as u64, 1)
+    }
+
+    fn orphan_left(&self, ino: u32) {
+        let m = &self.map;
+        for i in 0..ORPHANS {
+            let e = m.orphan(i);
+            match e.compare_exchange(0, ino, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(cur) if cur == ino => return,
+                Err(_) => {}
+            }
+        }
+        // The list is full: the orphan stays until the next recovery (a mount with no other
+        // process attached frees every orphan nothing holds).
+        m.orphan_overflow().store(1, Ordering::Release);
+    }
+}
+
+/// One process's attachment to an image shared with other processes.
+///
+/// Every file-system call must run inside [`SharedMount::op`]. Dropping the last `File`,
+/// `DirectMap` or reference of an inode is an operation too (it may free the inode).
+pub struct SharedMount {
+    fs: Fs,
+    link: Arc<Link>,
+    /// This process's identity in the gate: slot + 1 | epoch << 12.
+    me: AtomicU32,
+    /// Sequence number of the last directory change this process's indexes account for.
+    seen: AtomicU64,
+    /// Held shared by every operation, exclusively across fork, so a child starts with no
+    /// operation half done in its copy of the memory.
+    fork_lock: parking_lot::RawRwLock,
+    image_fd: RawFd,
+    path: PathBuf,
+    detached: AtomicBool,
+}
+
+thread_local! {
+    /// The shared mounts this thread is inside `op` of, with their nesting depth.
+    static DEPTH: RefCell<Vec<(usize, u32)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn process_id(slot: usize, epoch: u32) -> u32 {
+    (slot as u32 + 1) | (epoch << 12)
+}
+
+impl SharedMount {
+    /// Attaches this process to the image at `image`, alongside every other process attached
+    /// to it. The first one recovers the image as a plain mount does; later ones join it.
+    pub fn attach(image: &Path, opts: &SharedOptions) -> io::Result<SharedMount> {
+        let f = open_image(image, !opts.read_only)?;
+        lock_image(&f, image, false).map_err(|e| {
+            if e.kind() == io::ErrorKind::WouldBlock {
+                io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "{}: image is mounted exclusively by another process (nvmfs mount, fsck -y, a benchmark); unmount it first",
+                        image.display()
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
+        let len = f.metadata()?.len();
+        if len < 3 * BLOCK_SIZE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: too small to be an nvmfs image ({len} bytes)",
+                    image.display()
+                ),
+            ));
+        }
+        let mode = {
+            use std::os::unix::fs::PermissionsExt;
+            f.metadata()?.permissions().mode()
+        };
+        let opened = coord::open(&coord::coord_path(f.as_raw_fd())?, mode)?;
+        let fd = opened.fd;
+        let result = Self::attach_with(image, opts, f, opened);
+        if result.is_err() {
+            sys::close(fd);
+        }
+        result
+    }
+
+    fn attach_with(
+        image: &Path,
+        opts: &SharedOptions,
+        f: std::fs::File,
+        opened: coord::Opened,
+    ) -> io::Result<SharedMount> {
+        let map = Arc::new(opened.map);
+        let (slot, epoch) = coord::take_proc_slot(&map, opened.fd)?;
+        let me = process_id(slot, epoch);
+        let link = Arc::new(Link {
+            map: map.clone(),
+            fd: AtomicI32::new(opened.fd),
+        });
+        let len = f.metadata()?.len();
+        let image_fd = f.as_raw_fd();
+        let pm = Pm::map_file_with(&f, image, len, !opts.read_only, opts.populate)?;
+        let parts = SharedParts {
+            peers: link.clone(),
+            used: SharedCount {
+                ptr: map.used_ptr(),
+                keep: map.clone(),
+            },
+            first: opened.alone,
+        };
+        let mount_opts = MountOptions {
+            read_only: opts.read_only,
+        };
+        // Joining (or recovering) runs under the gate like any operation.
+        let entry = gate::enter(map.gate(), map.wake(), me, |id| alive(&link, id));
+        let fs = Fs::mount_region(
+            pm,
+            &mount_opts,
+            Some(image.to_path_buf()),
+            Some(f),
+            Some(parts),
+        );
+        let fs = match fs {
+            Ok(fs) => fs,
+            Err(e) => {
+                gate::refreshed(map.gate(), map.wake());
+                gate::leave(map.gate(), map.wake());
+                return Err(e);
+            }
+        };
+        let recovered = match entry {
+            gate::Entry::TookFromDead if !opened.alone => {
+                fs.inner.recover_from_peer_crash().map(|_| ())
+            }
+            _ => Ok(()),
+        };
+        let seen = map.seq().load(Ordering::Acquire);
+        gate::refreshed(map.gate(), map.wake());
+        gate::leave(map.gate(), map.wake());
+        recovered?;
+        if opened.alone {
+            // Recovered: others may join now.
+            sys::lock_wait(opened.fd, libc::F_RDLCK, coord::DMS_LOCK)?;
+        }
+        Ok(SharedMount {
+            fs,
+            link,
+            me: AtomicU32::new(me),
+            seen: AtomicU64::new(seen),
+            fork_lock: parking_lot::RawRwLock::INIT,
+            image_fd,
+            path: image.to_path_buf(),
+            detached: AtomicBool::new(false),
+        })
+    }
+
+    fn key(&self) -> usize {
+        self as *const SharedMount as usize
+    }
+
+    /// Runs `f` as one file-system operation: meanwhile no other process runs one on this
+    /// image. Nested calls on one thread are part of the outer operation.
+    pub fn op<R>(&self, f: impl FnOnce(&Fs) -> R) -> R {
+        let _g = self.enter();
+        f(&self.fs)
+    }
+
+    fn enter(&self) -> OpGuard<'_> {
+        let key = self.key();
+        let nested = DEPTH.with(|d| {
+            let mut d = d.borrow_mut();
+            match d.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => {
+                    *n += 1;
+                    true
+                }
+                None => {
+                    d.push((key, 1));
+                    false
+                }
+            }
+        });
+        if nested {
+            return OpGuard { m: self };
+        }
+        self.fork_lock.lock_shared();
+        let map = &self.link.map;
+        let me = self.me.load(Ordering::Acquire);
+        match gate::enter(map.gate(), map.wake(), me, |id| alive(&self.link, id)) {
+            gate::Entry::Joined => {}
+            gate::Entry::Took => {
+                self.refresh();
+                gate::refreshed(map.gate(), map.wake());
+            }
+            gate::Entry::TookFromDead => {
+                if let Err(e) = self.fs.inner.recover_from_peer_crash() {
+                    // The operation that follows meets the same damage and reports it.
+                    eprintln!(
+                        "nvmfs: recovery after a crashed process on {} failed: {e}",
+                        self.path.display()
+                    );
+                }
+                self.seen
+                    .store(map.seq().load(Ordering::Acquire), Ordering::Release);
+                gate::refreshed(map.gate(), map.wake());
+            }
+        }
+        OpGuard { m: self }
+    }
+
+    fn leave(&self) {
+        let key = self.key();
+        let outer = DEPTH.with(|d| {
+            let mut d = d.borrow_mut();
+            let i = d.iter().position(|(k, _)| *k == key).expect("inside op");
+            d[i].1 -= 1;
+            if d[i].1 == 0 {
+                d.swap_remove(i);
+                true
+            } else {
+                false
+            }
+        });
+        if !outer {
+            return;
+        }
+        let map = &self.link.map;
+        // Every change logged so far is this process's own (it has the image): its indexes
+        // already reflect them.
+        self.seen
+            .store(map.seq().load(Ordering::Acquire), Ordering::Release);
+        gate::leave(map.gate(), map.wake());
+        // SAFETY: taken shared by the matching enter on this thread.
+        unsafe { self.fork_lock.unlock_shared() };
+    }
+
+    /// Brings this process's DRAM state up to date with what other processes did since it
+    /// last had the image.
+    fn refresh(&self) {
+        let map = &self.link.map;
+        let inner = &self.fs.inner;
+        let cur = map.seq().load(Ordering::Acquire);
+        let seen = self.seen.load(Ordering::Acquire);
+        if cur.wrapping_sub(seen) > coord::RING {
+            inner.forget_all_dirs();
+        } else {
+            inner.forget_dirs((seen..cur).map(|s| map.ring(s).load(Ordering::Acquire) as u32));
+        }
+        self.seen.store(cur, Ordering::Release);
+        if inner.inodes.is_scanned() {
+            inner.refill_inodes(INODE_REFILL_BELOW);
+        }
+        self.reap_orphans();
+    }
+
+    /// Frees the listed orphans that nothing holds open any more.
+    fn reap_orphans(&self) {
+        let map = &self.link.map;
+        for i in 0..ORPHANS {
+            let e = map.orphan(i);
+            let ino = e.load(Ordering::Acquire);
+            if ino != 0 && self.fs.inner.reap_orphan(ino).unwrap_or(false) {
+                let _ = e.compare_exchange(ino, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Opens a new open file description of inode `ino`: a real descriptor (close-on-exec if
+    /// `cloexec`) that keeps the inode from being freed, and whose offset and status flags
+    /// are shared by every descriptor duplicated from it, in this process or any child.
+    pub fn open_description(
+        &self,
+        ino: u64,
+        status_flags: i32,
+        cloexec: bool,
+    ) -> io::Result<(RawFd, Description)> {
+        let generation = self.op(|fs| fs.getattr(ino))?.generation;
+        let map = &self.link.map;
+        let cloexec = if cloexec { libc::O_CLOEXEC } else { 0 };
+        let fd = sys::open(&map.path, libc::O_RDWR | cloexec, 0)?;
+        let done = (|| {
+            let slot = take_desc_slot(map, fd)?;
+            sys::lseek(fd, DESC_POS + slot as u64, libc::SEEK_SET)?;
+            if !sys::try_lock(fd, libc::F_RDLCK, INO_LOCK + ino)? {
+                return Err(io::Error::other("inode open lock refused"));
+            }
+            map.desc_ino(slot)
+                .store((generation as u64) << 32 | ino, Ordering::Release);
+            map.desc_flags(slot).store(status_flags, Ordering::Release);
+            map.desc_offset(slot).store(0, Ordering::Release);
+            Ok(Description {
+                map: map.clone(),
+                slot,
+            })
+        })();
+        match done {
+            Ok(d) => Ok((fd, d)),
+            Err(e) => {
+                sys::close(fd);
+                Err(e)
+            }
+        }
+    }
+
+    /// If `fd` is an open file description of this image (made here, or inherited from the
+    /// process that exec'd this one), returns it.
+    pub fn adopt(&self, fd: RawFd) -> Option<Description> {
+        let map = &self.link.map;
+        let st = sys::fstat(fd).ok()?;
+        if (st.st_dev, st.st_ino) != map.id {
+            return None;
+        }
+        let slot = sys::lseek(fd, 0, libc::SEEK_CUR)
+            .ok()?
+            .checked_sub(DESC_POS)? as usize;
+        (slot < DESCS).then(|| Description {
+            map: map.clone(),
+            slot,
+        })
+    }
+
+    /// A reference that marks inode `ino` as directly mapped (shrinking truncate and punch
+    /// hole refuse with EBUSY in every process while it lives) and keeps it from being freed.
+    pub fn map_guard(&self, ino: u64) -> io::Result<MapGuard> {
+        let fd = sys::open(&self.link.map.path, libc::O_RDWR | libc::O_CLOEXEC, 0)?;
+        let g = MapGuard { fd };
+        for at in [INO_LOCK + ino, MAP_LOCK + ino] {
+            if !sys::try_lock(fd, libc::F_RDLCK, at)? {
+                return Err(io::Error::other("inode map lock refused"));
+            }
+        }
+        Ok(g)
+    }
+
+    /// Call before fork (pthread_atfork prepare): waits for this process's operations to
+    /// finish and holds new ones back until `parent_after_fork` / `child_after_fork`.
+    pub fn prepare_fork(&self) {
+        self.fork_lock.lock_exclusive();
+    }
+
+    pub fn parent_after_fork(&self) {
+        // SAFETY: taken by prepare_fork on this thread.
+        unsafe { self.fork_lock.unlock_exclusive() };
+    }
+
+    /// In the child: becomes a process of its own (new slot, own description of the
+    /// coordination file), keeping the descriptions it inherited.
+    pub fn child_after_fork(&self) {
+        // SAFETY: taken by prepare_fork in the parent, before the memory was copied.
+        unsafe { self.fork_lock.unlock_exclusive() };
+        let map = &self.link.map;
+        let inherited = self.link.fd();
+        let fresh = (|| {
+            let fd = sys::open(&map.path, libc::O_RDWR | libc::O_CLOEXEC, 0)?;
+            sys::lock_wait(fd, libc::F_RDLCK, coord::DMS_LOCK)?;
+            let (slot, epoch) = coord::take_proc_slot(map, fd)?;
+            Ok::<_, io::Error>((fd, process_id(slot, epoch)))
+        })();
+        match fresh {
+            Ok((fd, me)) => {
+                self.link.fd.store(fd, Ordering::Release);
+                self.me.store(me, Ordering::Release);
+                // Closing our copy leaves the parent's locks in place (they belong to the
+                // description, which the parent still holds).
+                sys::close(inherited);
+            }
+            Err(e) => eprintln!(
+                "nvmfs: child process cannot attach to {}: {e}; it shares the parent's identity",
+                self.path.display()
+            ),
+        }
+    }
+
+    /// Leaves the image (at process exit). The last process out, with no description left
+    /// anywhere, marks the image clean and removes the coordination file. No operation may
+    /// follow.
+    pub fn detach(&self) {
+        if self.detached.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.op(|_| self.reap_orphans());
+        let fd = self.link.fd();
+        let me = self.me.load(Ordering::Acquire);
+        sys::unlock(fd, PROC_LOCK + ((me & 0xfff) - 1) as u64);
+        if sys::try_lock(fd, libc::F_WRLCK, coord::DMS_LOCK).unwrap_or(false) {
+            if !sys::locked_by_other(fd, DESC_LOCK, 0) {
+                if !self.fs.inner.read_only {
+                    if let Err(e) = self.fs.inner.write_clean() {
+                        eprintln!("nvmfs: marking {} clean: {e}", self.path.display());
+                    }
+                }
+                sys::unlink(&self.link.map.path);
+            }
+            sys::unlock(fd, coord::DMS_LOCK);
+        }
+    }
+
+    /// The image file's descriptor (read-write unless mounted read-only), for mapping block
+    /// runs of a file directly.
+    pub fn image_fd(&self) -> RawFd {
+        self.image_fd
+    }
+
+    pub fn image_path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.fs.inner.read_only
+    }
+}
+
+struct OpGuard<'a> {
+    m: &'a SharedMount,
+}
+
+impl Drop for OpGuard<'_> {
+    fn drop(&mut self) {
+        self.m.leave();
+    }
+}
+
+/// Whether the process `id` (slot + 1 | epoch << 12) still runs.
+fn alive(link: &Link, id: u32) -> bool {
+    let slot = (id & 0xfff) as usize;
+    if slot == 0 || slot > coord::PROCS {
+        return false;
+    }
+    let slot = slot - 1;
+    if link.map.proc_epoch(slot).load(Ordering::Acquire) != id >> 12 {
+        return false;
+    }
+    sys::locked_by_other(link.fd(), PROC_LOCK + slot as u64, 1)
+}
+
+/// Takes a free description slot for `fd` (its lock is the claim; the kernel drops it with
+/// the description).
+fn take_desc_slot(map: &CoordMap, fd: RawFd) -> io::Result<usize> {
+    let start = map.next_desc().fetch_add(1, Ordering::Relaxed) as usize;
+    for i in 0..DESCS {
+        let slot = (start + i) % DESCS;
+        if sys::try_lock(fd, libc::F_WRLCK, DESC_LOCK + slot as u64)? {
+            return Ok(slot);
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::ENFILE))
+}
+
+/// An open file description of a shared mount: its slot in the coordination file.
+#[derive(Clone)]
+pub struct Description {
+    map: Arc<CoordMap>,
+    slot: usize,
+}
+
+impl Description {
+    pub fn ino(&self) -> u64 {
+        self.map.desc_ino(self.slot).load(Ordering::Acquire) & 0xffff_ffff
+    }
+
+    pub fn generation(&self) -> u32 {
+        (self.map.desc_ino(self.slot).load(Ordering::Acquire) >> 32) as u32
+    }
+
+    /// The file offset, shared by every descriptor of the description.
+    pub fn offset(&self) -> &AtomicU64 {
+        self.map.desc_offset(self.slot)
+    }
+
+    /// O_ACCMODE | O_APPEND | O_NONBLOCK | ... as open and F_SETFL set them.
+    pub fn status_flags(&self) -> &AtomicI32 {
+        self.map.desc_flags(self.slot)
+    }
+
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+}
+
+/// See [`SharedMount::map_guard`]; dropping it releases the mark.
+pub struct MapGuard {
+    fd: RawFd,
+}
+
+impl Drop for MapGuard {
+    fn drop(&mut self) {
+        sys::close(self.fd);
+    }
+}
