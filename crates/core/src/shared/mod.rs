@@ -115,6 +115,8 @@ pub struct SharedMount {
     image_fd: RawFd,
     path: PathBuf,
     detached: AtomicBool,
+    /// Times this process recovered the image after another died mid-operation.
+    recoveries: AtomicU64,
 }
 
 thread_local! {
@@ -211,6 +213,7 @@ impl SharedMount {
                 return Err(e);
             }
         };
+        let recovered_now = matches!(entry, gate::Entry::TookFromDead) as u64;
         let recovered = match entry {
             gate::Entry::TookFromDead if !opened.alone => {
                 fs.inner.recover_from_peer_crash().map(|_| ())
@@ -234,6 +237,7 @@ impl SharedMount {
             image_fd,
             path: image.to_path_buf(),
             detached: AtomicBool::new(false),
+            recoveries: AtomicU64::new(recovered_now),
         })
     }
 
@@ -276,6 +280,7 @@ impl SharedMount {
                 gate::refreshed(map.gate(), map.wake());
             }
             gate::Entry::TookFromDead => {
+                self.recoveries.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = self.fs.inner.recover_from_peer_crash() {
                     // The operation that follows meets the same damage and reports it.
                     eprintln!(
@@ -486,6 +491,12 @@ impl SharedMount {
 
     pub fn image_path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many times this process recovered the image after another process died in the
+    /// middle of an operation.
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries.load(Ordering::Relaxed)
     }
 
     pub fn is_read_only(&self) -> bool {
