@@ -100,7 +100,7 @@ fn churn(m: &SharedMount, worker: u32, n: u32) {
         let name = format!("/d/w{worker}-{i}");
         m.op(|fs| fs.write_file(&name, &content(worker, i)))
             .unwrap();
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             let to = format!("/d/r{worker}-{i}");
             m.op(|fs| fs.rename_path(&name, &to)).unwrap();
         }
@@ -114,7 +114,7 @@ fn expect_churned(m: &SharedMount, worker: u32, n: u32) {
     for i in 0..n {
         let plain = format!("/d/w{worker}-{i}");
         let renamed = format!("/d/r{worker}-{i}");
-        let (path, present) = if i % 3 == 0 {
+        let (path, present) = if i.is_multiple_of(3) {
             (renamed, true)
         } else {
             (plain, i % 5 != 1)
@@ -174,7 +174,7 @@ fn worker() {
                 let name = format!("/k/f{}", i % 50);
                 let data = vec![(i % 251) as u8; 1 + (i as usize * 4099) % 70_000];
                 m.op(|fs| fs.write_file(&name, &data)).unwrap();
-                if i % 7 == 0 {
+                if i.is_multiple_of(7) {
                     let _ = m.op(|fs| fs.remove_file(&name));
                 }
                 if i == 20 {
