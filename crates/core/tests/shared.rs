@@ -143,6 +143,29 @@ fn worker() {
             churn(&m, w, 300);
             expect_churned(&m, w, 300);
         }
+        "churn-threads" => {
+            // Two threads, each its own worker number: the gate admits both at once.
+            let w: u32 = arg.parse().unwrap();
+            std::thread::scope(|sc| {
+                for t in 0..2 {
+                    let m = &m;
+                    sc.spawn(move || {
+                        churn(m, w + t, 200);
+                        expect_churned(m, w + t, 200);
+                    });
+                }
+            });
+        }
+        "adopt" => {
+            // Inherited descriptor: same inode, same (shared) offset.
+            let (fd, ino) = arg.split_once(':').unwrap();
+            let fd: i32 = fd.parse().unwrap();
+            let d = m.adopt(fd).expect("inherited descriptor not recognised");
+            assert_eq!(d.ino(), ino.parse::<u64>().unwrap());
+            assert_eq!(d.offset().load(std::sync::atomic::Ordering::Acquire), 1234);
+            d.offset().store(5678, std::sync::atomic::Ordering::Release);
+            assert!(m.adopt(0).is_none() && m.adopt(1).is_none());
+        }
         "hold-open" => {
             // Opens /held, reports through a marker file, keeps it until /release exists.
             let (fd, d) = {
@@ -210,6 +233,56 @@ fn processes_change_one_directory_at_once() {
     m.detach();
     drop(m);
     img.check_clean();
+}
+
+#[test]
+fn threads_of_several_processes_change_one_directory() {
+    let img = Image::new("threads");
+    let m = img.attach();
+    m.op(|fs| fs.create_dir("/d")).unwrap();
+    let kids: Vec<Child> = [10, 20]
+        .iter()
+        .map(|w| img.worker("churn-threads", &w.to_string()))
+        .collect();
+    std::thread::scope(|sc| {
+        for w in 0..2 {
+            let m = &m;
+            sc.spawn(move || churn(m, w, 200));
+        }
+    });
+    for k in kids {
+        wait_ok(k, "churn-threads worker");
+    }
+    for w in [0, 1, 10, 11, 20, 21] {
+        expect_churned(&m, w, 200);
+    }
+    m.detach();
+    drop(m);
+    img.check_clean();
+}
+
+#[test]
+fn descriptions_are_shared_with_child_processes() {
+    let img = Image::new("adopt");
+    let m = img.attach();
+    m.op(|fs| fs.write_file("/f", b"hello")).unwrap();
+    let ino = m.op(|fs| fs.resolve("/f", true)).unwrap().0;
+    // Not close-on-exec: the child inherits it, as a forked and exec'd program would.
+    let (fd, d) = m.open_description(ino, libc::O_RDWR, false).unwrap();
+    assert!(m.adopt(fd).is_some_and(|a| a.slot() == d.slot()));
+    d.offset().store(1234, std::sync::atomic::Ordering::Release);
+    wait_ok(img.worker("adopt", &format!("{fd}:{ino}")), "adopt worker");
+    assert_eq!(d.offset().load(std::sync::atomic::Ordering::Acquire), 5678);
+    // While the description lives, the file survives its unlink.
+    m.op(|fs| fs.remove_file("/f")).unwrap();
+    assert_eq!(m.op(|fs| fs.getattr(ino)).unwrap().nlink, 0);
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
+    m.detach();
+    drop(m);
+    // The last process out frees nothing it does not know is free; recovery does.
+    let report = nvmfs::fsck::check_image(&img.path).unwrap();
+    assert!(report.is_clean(), "fsck found problems: {report:?}");
 }
 
 #[test]
