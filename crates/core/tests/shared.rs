@@ -12,9 +12,13 @@ use std::time::{Duration, Instant};
 use nvmfs::shared::{SharedMount, SharedOptions};
 use nvmfs::{FormatOptions, Fs, MountOptions};
 
+/// Held for writing while a test has a descriptor open that children inherit (not
+/// close-on-exec): other tests' workers, spawned meanwhile by this same process, would inherit
+/// it too and keep that test's description alive (correctly, as POSIX says).
+static INHERIT: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 struct Image {
     path: PathBuf,
-    coord_dir: PathBuf,
 }
 
 impl Image {
@@ -34,24 +38,24 @@ impl Image {
             },
         )
         .unwrap();
-        // A private directory for the coordination file, so parallel tests never meet.
-        let coord_dir = dir.join("coord");
-        std::fs::create_dir_all(&coord_dir).unwrap();
-        Image { path, coord_dir }
+        Image { path }
     }
 
     fn attach(&self) -> SharedMount {
-        std::env::set_var("NVMFS_COORD_DIR", &self.coord_dir);
         SharedMount::attach(&self.path, &SharedOptions::default()).unwrap()
     }
 
     fn worker(&self, job: &str, arg: &str) -> Child {
+        let _g = INHERIT.read().unwrap();
+        self.worker_unlocked(job, arg)
+    }
+
+    fn worker_unlocked(&self, job: &str, arg: &str) -> Child {
         Command::new(std::env::current_exe().unwrap())
             .args(["worker", "--exact", "--nocapture", "--test-threads=1"])
             .env("NVMFS_SHARED_WORKER", job)
             .env("NVMFS_SHARED_ARG", arg)
             .env("NVMFS_SHARED_IMAGE", &self.path)
-            .env("NVMFS_COORD_DIR", &self.coord_dir)
             .spawn()
             .unwrap()
     }
@@ -268,16 +272,21 @@ fn descriptions_are_shared_with_child_processes() {
     m.op(|fs| fs.write_file("/f", b"hello")).unwrap();
     let ino = m.op(|fs| fs.resolve("/f", true)).unwrap().0;
     // Not close-on-exec: the child inherits it, as a forked and exec'd program would.
+    let inherit = INHERIT.write().unwrap();
     let (fd, d) = m.open_description(ino, libc::O_RDWR, false).unwrap();
     assert!(m.adopt(fd).is_some_and(|a| a.slot() == d.slot()));
     d.offset().store(1234, std::sync::atomic::Ordering::Release);
-    wait_ok(img.worker("adopt", &format!("{fd}:{ino}")), "adopt worker");
+    wait_ok(
+        img.worker_unlocked("adopt", &format!("{fd}:{ino}")),
+        "adopt worker",
+    );
     assert_eq!(d.offset().load(std::sync::atomic::Ordering::Acquire), 5678);
     // While the description lives, the file survives its unlink.
     m.op(|fs| fs.remove_file("/f")).unwrap();
     assert_eq!(m.op(|fs| fs.getattr(ino)).unwrap().nlink, 0);
     // SAFETY: our own descriptor.
     unsafe { libc::close(fd) };
+    drop(inherit);
     m.detach();
     drop(m);
     // The last process out frees nothing it does not know is free; recovery does.
@@ -373,7 +382,6 @@ fn exclusive_and_shared_mounts_refuse_each_other() {
     m.detach();
     drop(m);
     let fs = Fs::mount(&img.path, &MountOptions::default()).unwrap();
-    std::env::set_var("NVMFS_COORD_DIR", &img.coord_dir);
     let e = SharedMount::attach(&img.path, &SharedOptions::default())
         .err()
         .expect("shared attach of an exclusively mounted image must fail");

@@ -470,6 +470,10 @@ impl SharedMount {
         let fd = self.link.fd();
         let me = self.me.load(Ordering::Acquire);
         sys::unlock(fd, PROC_LOCK + ((me & 0xfff) - 1) as u64);
+        // Let go of DMS first, then try to take it alone: of several processes detaching at
+        // once, the last to let go finds no other holder (an upgrade in place would fail for
+        // every one of them, each still holding its own share).
+        sys::unlock(fd, coord::DMS_LOCK);
         if sys::try_lock(fd, libc::F_WRLCK, coord::DMS_LOCK).unwrap_or(false) {
             if !sys::locked_by_other(fd, DESC_LOCK, 0) {
                 if !self.fs.inner.read_only {
