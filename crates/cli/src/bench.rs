@@ -70,13 +70,15 @@ pub struct ScaleArgs {
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Microbenchmarks: nvmfs in-process against kernel file systems",
-    long_about = "Microbenchmarks: nvmfs in-process against kernel file systems.\n\n\
+    about = "Microbenchmarks: nvmfs in-process and under nvmfs run against kernel file systems",
+    long_about = "Microbenchmarks: nvmfs in-process and under nvmfs run against kernel file systems.\n\n\
         Every selected workload runs on every target, one after the other (never concurrently). \
         Each has an untimed setup, a short unrecorded warm-up and a measured phase of --seconds \
         in which every operation's latency is recorded. nvmfs operations are durable when they \
         return; the kernel targets use plain system calls without fsync. seqread-1m also gets \
-        a memcpy reference row.\n\n\
+        a memcpy reference row. run:nvmfs runs the dir: target's system-call workloads in a \
+        child `nvmfs bench micro --target dir:/nvmfs` under `nvmfs run --image IMAGE --prefix \
+        /nvmfs` (the LD_PRELOAD library) and reports its records as run:nvmfs.\n\n\
         mmap-load-1k / mmap-store-1k follow fio's mmap engine (seed 000's study): the whole data \
         file mapped MAP_SHARED (nvmfs, which has no mmap: File::map_direct, its DAX-style direct \
         map), one random 1 KiB-aligned memcpy out of or into the mapping per op, no msync per \
@@ -91,14 +93,17 @@ pub struct ScaleArgs {
     after_help = "Exit status: 0 on success, 1 on error, 130 when interrupted.\n\n\
         Examples:\n  nvmfs bench micro\n  \
         nvmfs bench micro --target nvmfs --target dir:/mnt/ext4 --workload stat --seconds 3\n  \
+        nvmfs bench micro -t nvmfs -t run:nvmfs -t tmpfs -w randread-4k -w overwrite-4k\n  \
         nvmfs bench micro --file-size 64M --files 1000 --image-size 512M --json micro.json\n  \
         nvmfs bench micro -w mmap-load-1k -w mmap-store-1k --file-size 2G --image-size 3G\n  \
         nvmfs bench micro -w stat -w stat-deep --depth 8"
 )]
 pub struct MicroArgs {
     /// Where to run, in order (repeat for several): `nvmfs` (the library in-process on a fresh
-    /// image in the shm dir), `tmpfs` (a fresh directory in the shm dir, through system calls)
-    /// or `dir:PATH` (a fresh subdirectory of PATH, e.g. on ext4) [default: nvmfs, tmpfs]
+    /// image in the shm dir), `tmpfs` (a fresh directory in the shm dir, through system calls),
+    /// `dir:PATH` (a fresh subdirectory of PATH, e.g. on ext4) or `run:nvmfs` (nvmfs through the
+    /// C library: this command again, with `--target dir:/nvmfs`, under `nvmfs run` on a fresh
+    /// image in the shm dir) [default: nvmfs, tmpfs]
     #[arg(short, long = "target", value_name = "T", value_parser = TargetSpec::parse)]
     targets: Vec<TargetSpec>,
     /// Workload to run (repeat for several) [default: all]
@@ -233,6 +238,8 @@ fn run_micro(args: &MicroArgs) -> u8 {
         tree_depth: args.depth.unwrap_or(d.tree_depth),
         image_size_bytes: args.image_size.unwrap_or(d.image_size_bytes),
         shm_dir: args.shm_dir.clone().unwrap_or(d.shm_dir),
+        // run:nvmfs starts this binary under `nvmfs run`.
+        nvmfs_bin: std::env::current_exe().ok(),
     };
     // Fail before running anything rather than after the whole benchmark.
     if let Some(path) = &args.json {

@@ -1,7 +1,7 @@
 //! The timing loop shared by all workloads, and latency percentiles.
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -52,7 +52,7 @@ impl Measured {
 }
 
 /// Latency percentiles in nanoseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
     pub p50: u64,
     pub p90: u64,

@@ -13,11 +13,13 @@ pub(crate) mod measure;
 mod meta;
 mod reference;
 mod report;
+mod run;
 mod session;
 
 pub use measure::Percentiles;
 pub use meta::Layout;
 pub use report::{format_table, print_table, to_json, write_json, Record, TargetKind};
+pub use run::{RUN_NOTE, RUN_PREFIX};
 
 use std::fmt;
 use std::io;
@@ -52,6 +54,9 @@ pub struct MicroConfig {
     pub image_size_bytes: u64,
     /// Where the nvmfs image and the tmpfs directory are created (a tmpfs).
     pub shm_dir: PathBuf,
+    /// The `nvmfs` binary that runs the `run:nvmfs` target (`nvmfs run`, and
+    /// `nvmfs bench micro` under it); `None` makes that target fail.
+    pub nvmfs_bin: Option<PathBuf>,
 }
 
 impl Default for MicroConfig {
@@ -68,6 +73,7 @@ impl Default for MicroConfig {
             tree_depth: 6,
             image_size_bytes: 2 * GIB + 512 * MIB,
             shm_dir: PathBuf::from("/dev/shm"),
+            nvmfs_bin: None,
         }
     }
 }
@@ -82,19 +88,24 @@ pub enum TargetSpec {
     /// A fresh subdirectory `nvmfs-bench-<pid>` of this directory, through
     /// system calls (e.g. ext4 on a RAM-backed loop device).
     Dir(PathBuf),
+    /// nvmfs through the C library: a child `nvmfs bench micro --target
+    /// dir:/nvmfs` under `nvmfs run` (the LD_PRELOAD library) on a fresh
+    /// image in `shm_dir`, its records relabelled (micro/run.rs).
+    Run,
 }
 
 impl TargetSpec {
-    /// Parses `nvmfs`, `tmpfs` or `dir:PATH`.
+    /// Parses `nvmfs`, `tmpfs`, `run:nvmfs` or `dir:PATH`.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "nvmfs" => Ok(TargetSpec::Nvmfs),
             "tmpfs" => Ok(TargetSpec::Tmpfs),
+            "run:nvmfs" => Ok(TargetSpec::Run),
             _ => match s.strip_prefix("dir:") {
                 Some("") => Err("dir: target needs a path, e.g. dir:/mnt/ext4".to_string()),
                 Some(path) => Ok(TargetSpec::Dir(PathBuf::from(path))),
                 None => Err(format!(
-                    "unknown target {s:?}: expected nvmfs, tmpfs or dir:PATH"
+                    "unknown target {s:?}: expected nvmfs, tmpfs, run:nvmfs or dir:PATH"
                 )),
             },
         }
@@ -106,6 +117,7 @@ impl TargetSpec {
             TargetSpec::Nvmfs => "nvmfs".to_string(),
             TargetSpec::Tmpfs => "tmpfs".to_string(),
             TargetSpec::Dir(p) => format!("dir:{}", p.display()),
+            TargetSpec::Run => "run:nvmfs".to_string(),
         }
     }
 }

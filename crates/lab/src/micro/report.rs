@@ -1,14 +1,14 @@
 //! Benchmark records, the console table and the JSON file.
 
 use super::measure::{Measured, Percentiles};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
 /// What a target is, for comparing nvmfs against the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TargetKind {
     /// The nvmfs library, in-process.
@@ -20,10 +20,10 @@ pub enum TargetKind {
 }
 
 /// The result of one workload on one target (one element of the JSON array).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     pub workload: String,
-    /// "nvmfs", "tmpfs", "dir:PATH" or "memcpy".
+    /// "nvmfs", "tmpfs", "dir:PATH", "run:nvmfs" or "memcpy".
     pub target: String,
     pub kind: TargetKind,
     /// Measured ops (warm-up excluded).

@@ -46,6 +46,7 @@ pub fn run_target(
             let dir = ScratchDir::create(parent.join(format!("nvmfs-bench-{pid}")))?;
             run_on_dir(&dir, params, &label, progress)
         }
+        TargetSpec::Run => super::run::run_target(cfg, params, progress),
     }
 }
 

@@ -15,14 +15,26 @@ fn target_spec_parse() {
         TargetSpec::parse("dir:rel/a:b"),
         Ok(TargetSpec::Dir(PathBuf::from("rel/a:b")))
     );
-    for bad in ["", "dir:", "dir", "NVMFS", "ext4", " tmpfs", "memcpy"] {
+    assert_eq!(TargetSpec::parse("run:nvmfs"), Ok(TargetSpec::Run));
+    for bad in [
+        "",
+        "dir:",
+        "dir",
+        "NVMFS",
+        "ext4",
+        " tmpfs",
+        "memcpy",
+        "run:",
+        "run",
+        "run:tmpfs",
+    ] {
         assert!(TargetSpec::parse(bad).is_err(), "{bad:?} should not parse");
     }
 }
 
 #[test]
 fn target_spec_label_round_trips() {
-    for s in ["nvmfs", "tmpfs", "dir:/mnt/x"] {
+    for s in ["nvmfs", "tmpfs", "dir:/mnt/x", "run:nvmfs"] {
         let t: TargetSpec = s.parse().unwrap();
         assert_eq!(t.to_string(), s);
     }
@@ -244,6 +256,7 @@ fn tiny(targets: Vec<TargetSpec>, shm: &Path) -> MicroConfig {
         tree_depth: 3,
         image_size_bytes: 64 * MIB,
         shm_dir: shm.to_path_buf(),
+        nvmfs_bin: None,
     }
 }
 
@@ -650,4 +663,120 @@ fn mmap_workloads_move_the_files_bytes_on_every_target() {
         crate::targets::nvmfs::NvmfsTarget::create(shm.path().join("img"), 16 * MIB, 256).unwrap();
     mmap_round_trip(&target);
     target.close().unwrap();
+}
+
+/// A stand-in for the nvmfs binary: `run ... -- BIN ARGS` logs its arguments and runs BIN
+/// ARGS (no preload); `bench micro ... --json F` writes one dir:/nvmfs record plus a memcpy
+/// one, as the real child would, or fails when FAIL_CHILD is in its directory.
+const FAKE_NVMFS: &str = r#"#!/bin/sh
+dir=$(dirname "$0")
+case "$1" in
+run)
+  echo "$@" > "$dir/run-args"
+  while [ "$1" != "--" ]; do shift; done
+  shift
+  exec "$@" ;;
+bench)
+  if [ -e "$dir/FAIL_CHILD" ]; then echo "nvmfs bench: something broke" >&2; exit 3; fi
+  json=
+  while [ $# -gt 0 ]; do
+    if [ "$1" = --json ]; then json=$2; fi
+    shift
+  done
+  echo "[dir:/nvmfs] working in /nvmfs/nvmfs-bench-1" >&2
+  echo "[dir:/nvmfs] randread-4k: 400 ops/s" >&2
+  cat > "$json" <<EOF
+[{"workload": "randread-4k", "target": "dir:/nvmfs", "kind": "kernel", "ops": 40,
+  "elapsed_s": 0.1, "wall_s": 0.1, "ops_per_sec": 400.0, "bytes_per_op": 4096,
+  "mib_per_sec": 1.5, "latency_ns": {"p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 5,
+  "mean": 1.5}, "ratio_to_best_kernel": 1.0, "dir_depth": null, "final_sync_s": null,
+  "notes": ["plain system calls without fsync; nvmfs operations are durable on return"]},
+ {"workload": "seqread-1m", "target": "memcpy", "kind": "reference", "ops": 4,
+  "elapsed_s": 0.1, "wall_s": 0.1, "ops_per_sec": 40.0, "bytes_per_op": 1048576,
+  "mib_per_sec": 40.0, "latency_ns": {"p50": 1, "p90": 2, "p99": 3, "p999": 4, "max": 5,
+  "mean": 1.5}, "ratio_to_best_kernel": null, "dir_depth": null, "final_sync_s": null,
+  "notes": []}]
+EOF
+  echo "wrote 2 records to $json" >&2 ;;
+esac
+"#;
+
+fn fake_nvmfs(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("nvmfs");
+    std::fs::write(&bin, FAKE_NVMFS).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+#[test]
+fn run_target_relabels_the_childs_records_and_cleans_up() {
+    let shm = shm_tempdir();
+    let bindir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny(vec![TargetSpec::Run, TargetSpec::Tmpfs], shm.path());
+    cfg.workloads = vec!["randread-4k".into()];
+    cfg.nvmfs_bin = Some(fake_nvmfs(bindir.path()));
+    let mut lines = Vec::new();
+    let records = run(&cfg, &mut |s| lines.push(s.to_string())).unwrap();
+    let got: Vec<_> = records
+        .iter()
+        .map(|r| (r.workload.as_str(), r.target.as_str(), r.kind))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("randread-4k", "run:nvmfs", TargetKind::Nvmfs),
+            ("randread-4k", "tmpfs", TargetKind::Kernel)
+        ]
+    );
+    let run = &records[0];
+    assert_eq!(run.ops_per_sec, 400.0);
+    assert_eq!(run.notes, [RUN_NOTE]);
+    // Against tmpfs, measured in this run, not the child's own ratio.
+    assert_eq!(
+        run.ratio_to_best_kernel,
+        Some(400.0 / records[1].ops_per_sec)
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "[run:nvmfs] randread-4k: 400 ops/s"),
+        "{lines:?}"
+    );
+    // The child ran under `run` with the image, the prefix and the workload flags.
+    let args = std::fs::read_to_string(bindir.path().join("run-args")).unwrap();
+    let image = shm
+        .path()
+        .join(format!("nvmfs-bench-{}-run.img", std::process::id()));
+    for want in [
+        format!("run --image {} --prefix /nvmfs -- ", image.display()),
+        " bench micro --target dir:/nvmfs --seconds 0.03 --file-size 2097152 --files 40 \
+            --depth 3 --image-size 67108864 --shm-dir "
+            .to_string(),
+        " --workload randread-4k".to_string(),
+    ] {
+        assert!(args.contains(&want), "{args:?} lacks {want:?}");
+    }
+    assert_empty(shm.path());
+}
+
+#[test]
+fn run_target_reports_a_failed_child_and_cleans_up() {
+    let shm = shm_tempdir();
+    let bindir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny(vec![TargetSpec::Run], shm.path());
+    cfg.workloads = vec!["stat".into()];
+    cfg.nvmfs_bin = Some(fake_nvmfs(bindir.path()));
+    std::fs::write(bindir.path().join("FAIL_CHILD"), "").unwrap();
+    let err = run(&cfg, &mut |_| {}).unwrap_err().to_string();
+    assert!(
+        err.contains("exit status: 3") && err.contains("nvmfs bench: something broke"),
+        "{err}"
+    );
+    assert_empty(shm.path());
+
+    cfg.nvmfs_bin = None;
+    let err = run(&cfg, &mut |_| {}).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+    assert_empty(shm.path());
 }
