@@ -1,0 +1,217 @@
+//! The table of nvmfs descriptors: which real descriptors stand for nvmfs open file
+//! descriptions, and which belong to the preload itself.
+//!
+//! Lookups are lock-free (one atomic load when no nvmfs descriptor exists, two plus an
+//! `ArcSwap` load otherwise), so calls on ordinary descriptors stay cheap.
+
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use nvmfs::shared::Description;
+use parking_lot::Mutex;
+
+const CHUNK: usize = 1024;
+const CHUNKS: usize = 1024;
+/// Descriptors at or above this are never nvmfs descriptors (the table's capacity).
+pub const MAX_FDS: usize = CHUNK * CHUNKS;
+
+type Chunk = [ArcSwapOption<Entry>; CHUNK];
+
+static TABLE: [AtomicPtr<Chunk>; CHUNKS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS];
+/// Number of occupied slots: 0 means "no nvmfs descriptor", the common fast path.
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// One past the highest descriptor ever stored.
+static HIGH: AtomicUsize = AtomicUsize::new(0);
+
+/// What an open nvmfs description is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    /// O_PATH, or a node that is neither (symlink opened with O_PATH|O_NOFOLLOW).
+    Path,
+}
+
+/// One nvmfs open file description as this process knows it. Shared (Arc) by every
+/// descriptor of the description in this process (dup, dup2, fcntl F_DUPFD).
+pub struct Entry {
+    pub desc: Description,
+    pub ino: u64,
+    pub kind: Kind,
+    /// The core's open reference; dropped inside an operation (see Drop).
+    pub file: Option<nvmfs::File>,
+    /// Serialises read/write/lseek of the shared offset among this process's threads
+    /// (other processes are kept out by the shared mount's gate).
+    pub pos: Mutex<()>,
+    /// Absolute path as the program named it when opening (empty if unknown: inherited
+    /// across exec). Used for fchdir, getcwd and /proc/self/fd links.
+    pub vpath: Vec<u8>,
+    /// Descriptor of this description's lock file (flock, OFD locks), -1 until used.
+    pub lock_fd: AtomicI32,
+}
+
+impl Entry {
+    pub fn flags(&self) -> i32 {
+        self.desc.status_flags().load(Ordering::Acquire)
+    }
+    pub fn readable(&self) -> bool {
+        let f = self.flags();
+        f & libc::O_PATH == 0 && matches!(f & libc::O_ACCMODE, libc::O_RDONLY | libc::O_RDWR)
+    }
+    pub fn writable(&self) -> bool {
+        let f = self.flags();
+        f & libc::O_PATH == 0 && matches!(f & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
+    }
+    pub fn is_path(&self) -> bool {
+        self.flags() & libc::O_PATH != 0
+    }
+    pub fn file(&self) -> &nvmfs::File {
+        self.file.as_ref().expect("file present until drop")
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let lf = self.lock_fd.load(Ordering::Acquire);
+        if lf >= 0 {
+            // SAFETY: our own descriptor.
+            unsafe { crate::real::close(lf) };
+            unmark_internal(lf);
+        }
+        if let Some(f) = self.file.take() {
+            crate::state::drop_in_op(f);
+        }
+    }
+}
+
+fn chunk(fd: usize, create: bool) -> Option<&'static Chunk> {
+    let i = fd / CHUNK;
+    if i >= CHUNKS {
+        return None;
+    }
+    let p = TABLE[i].load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: chunks are never freed once published.
+        return Some(unsafe { &*p });
+    }
+    if !create {
+        return None;
+    }
+    let fresh: Box<Chunk> = Box::new(std::array::from_fn(|_| ArcSwapOption::empty()));
+    let fresh = Box::into_raw(fresh);
+    match TABLE[i].compare_exchange(
+        std::ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        // SAFETY: just published, never freed.
+        Ok(_) => Some(unsafe { &*fresh }),
+        Err(cur) => {
+            // SAFETY: ours, never published.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: published by another thread, never freed.
+            Some(unsafe { &*cur })
+        }
+    }
+}
+
+/// True if any nvmfs descriptor exists in this process.
+#[inline]
+pub fn any() -> bool {
+    COUNT.load(Ordering::Relaxed) != 0
+}
+
+/// The nvmfs entry of `fd`, if it is one.
+#[inline]
+pub fn get(fd: i32) -> Option<Arc<Entry>> {
+    if COUNT.load(Ordering::Relaxed) == 0 || fd < 0 {
+        return None;
+    }
+    chunk(fd as usize, false)?[fd as usize % CHUNK].load_full()
+}
+
+/// Makes `fd` stand for `e` (or for nothing); returns what it stood for before.
+pub fn set(fd: i32, e: Option<Arc<Entry>>) -> Option<Arc<Entry>> {
+    if fd < 0 || fd as usize >= MAX_FDS {
+        return None;
+    }
+    let Some(c) = chunk(fd as usize, e.is_some()) else {
+        return None;
+    };
+    let now = e.is_some();
+    let old = c[fd as usize % CHUNK].swap(e);
+    match (old.is_some(), now) {
+        (false, true) => {
+            COUNT.fetch_add(1, Ordering::AcqRel);
+            HIGH.fetch_max(fd as usize + 1, Ordering::AcqRel);
+        }
+        (true, false) => {
+            COUNT.fetch_sub(1, Ordering::AcqRel);
+        }
+        _ => {}
+    }
+    old
+}
+
+/// Takes every entry in `[lo, hi]` out of the table.
+pub fn take_range(lo: u32, hi: u32) -> Vec<(i32, Arc<Entry>)> {
+    let mut out = Vec::new();
+    if !any() {
+        return out;
+    }
+    let high = HIGH.load(Ordering::Acquire).min(hi as usize + 1);
+    for fd in lo as usize..high {
+        if let Some(e) = set(fd as i32, None) {
+            out.push((fd as i32, e));
+        }
+    }
+    out
+}
+
+/// Descriptors the preload (and the core) opened for itself: the image, the coordination
+/// file, lock files. A program's close, dup2 onto, or close_range over them is not passed
+/// on (close reports success), so the shared mount keeps working.
+const INTERNAL_BITS: usize = 65536;
+static INTERNAL: [AtomicU64; INTERNAL_BITS / 64] =
+    [const { AtomicU64::new(0) }; INTERNAL_BITS / 64];
+static INTERNAL_ANY: AtomicUsize = AtomicUsize::new(0);
+
+pub fn mark_internal(fd: i32) {
+    if fd >= 0 && (fd as usize) < INTERNAL_BITS {
+        let prev = INTERNAL[fd as usize / 64].fetch_or(1 << (fd % 64), Ordering::AcqRel);
+        if prev & (1 << (fd % 64)) == 0 {
+            INTERNAL_ANY.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+pub fn unmark_internal(fd: i32) {
+    if fd >= 0 && (fd as usize) < INTERNAL_BITS {
+        let prev = INTERNAL[fd as usize / 64].fetch_and(!(1 << (fd % 64)), Ordering::AcqRel);
+        if prev & (1 << (fd % 64)) != 0 {
+            INTERNAL_ANY.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+#[inline]
+pub fn is_internal(fd: i32) -> bool {
+    INTERNAL_ANY.load(Ordering::Relaxed) != 0
+        && fd >= 0
+        && (fd as usize) < INTERNAL_BITS
+        && INTERNAL[fd as usize / 64].load(Ordering::Relaxed) & (1 << (fd % 64)) != 0
+}
+
+/// Internal descriptors in `[lo, hi]`, ascending.
+pub fn internal_in(lo: u32, hi: u32) -> Vec<i32> {
+    if INTERNAL_ANY.load(Ordering::Relaxed) == 0 {
+        return Vec::new();
+    }
+    let hi = (hi as usize).min(INTERNAL_BITS - 1);
+    (lo as usize..=hi)
+        .filter(|&fd| is_internal(fd as i32))
+        .map(|fd| fd as i32)
+        .collect()
+}

@@ -1,0 +1,502 @@
+//! Path routing and resolution.
+//!
+//! The program sees one namespace: the real one, with the image's root directory standing
+//! at the prefix (as a mount point would). `classify` decides cheaply, without a system
+//! call in the common case, whether a path can touch nvmfs at all: it must name the
+//! prefix's last component, start at an nvmfs directory descriptor, or be relative to a
+//! working directory inside nvmfs. Everything else goes to the C library untouched.
+//!
+//! `Walker` then resolves component by component, as the kernel would: inside nvmfs with
+//! `Fs::lookup_ino` and `Fs::readlink` (a symlink whose target is absolute continues in the
+//! real namespace, which may lead back into the prefix; ".." at the image root leads to the
+//! prefix's real parent; more than 40 links is ELOOP), outside it lexically (real symlinks
+//! are left to the kernel: the real remainder is handed to the C library as a path).
+
+use std::ffi::CString;
+
+use nvmfs::{FileType, Fs};
+
+use crate::fdtable;
+use crate::guard::{IoErrno, R};
+use crate::state::{Config, Creds};
+
+pub const ROOT: u64 = 1;
+const LINK_MAX_FOLLOW: u32 = 40;
+
+/// Where a walk starts.
+#[derive(Clone, Debug)]
+pub enum Start {
+    /// The real root; the path is absolute (a relative path was joined to its real base).
+    RealRoot,
+    /// An nvmfs directory (virtual working directory or directory descriptor).
+    Nv {
+        ino: u64,
+        /// Generation to check (a working directory that may have been removed).
+        generation: Option<u32>,
+        vpath: Vec<u8>,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Walk {
+    pub start: Start,
+    pub path: Vec<u8>,
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Decides whether `path` (relative to `dirfd` when relative) may touch nvmfs. None: it
+/// cannot; pass the call on unchanged.
+pub fn classify(cfg: &Config, dirfd: i32, path: &[u8]) -> Option<Walk> {
+    if path.first() == Some(&b'/') {
+        if fdtable::any() && (path.starts_with(b"/dev/") || path.starts_with(b"/proc/")) {
+            if let Some(e) = fd_alias(path).and_then(fdtable::get) {
+                return Some(Walk {
+                    start: Start::Nv {
+                        ino: e.ino,
+                        generation: None,
+                        vpath: e.vpath.clone(),
+                    },
+                    path: Vec::new(),
+                });
+            }
+        }
+        if contains(path, &cfg.base) {
+            return Some(Walk {
+                start: Start::RealRoot,
+                path: path.to_vec(),
+            });
+        }
+        return None;
+    }
+    if path.is_empty() {
+        return None;
+    }
+    if dirfd == libc::AT_FDCWD {
+        if let Some(c) = crate::cwd::current() {
+            return Some(Walk {
+                start: Start::Nv {
+                    ino: c.ino,
+                    generation: Some(c.generation),
+                    vpath: c.vpath.clone(),
+                },
+                path: path.to_vec(),
+            });
+        }
+        if !contains(path, &cfg.base) {
+            return None;
+        }
+        let mut base = crate::cwd::real_cwd()?;
+        base.push(b'/');
+        base.extend_from_slice(path);
+        return Some(Walk {
+            start: Start::RealRoot,
+            path: base,
+        });
+    }
+    if let Some(e) = fdtable::get(dirfd) {
+        return Some(Walk {
+            start: Start::Nv {
+                ino: e.ino,
+                generation: None,
+                vpath: e.vpath.clone(),
+            },
+            path: path.to_vec(),
+        });
+    }
+    if !contains(path, &cfg.base) {
+        return None;
+    }
+    let mut base = std::fs::read_link(format!("/proc/self/fd/{dirfd}"))
+        .ok()?
+        .into_os_string()
+        .into_encoded_bytes();
+    base.push(b'/');
+    base.extend_from_slice(path);
+    Some(Walk {
+        start: Start::RealRoot,
+        path: base,
+    })
+}
+
+/// The descriptor a /dev/fd/N, /proc/self/fd/N, /proc/PID/fd/N (our pid), /dev/stdin,
+/// /dev/stdout or /dev/stderr path names.
+pub fn fd_alias(path: &[u8]) -> Option<i32> {
+    let num = |s: &[u8]| -> Option<i32> {
+        if s.is_empty() || s.len() > 9 || !s.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(s).ok()?.parse().ok()
+    };
+    match path {
+        b"/dev/stdin" => return Some(0),
+        b"/dev/stdout" => return Some(1),
+        b"/dev/stderr" => return Some(2),
+        _ => {}
+    }
+    if let Some(n) = path.strip_prefix(b"/dev/fd/") {
+        return num(n);
+    }
+    let rest = path.strip_prefix(b"/proc/")?;
+    let i = rest.iter().position(|&b| b == b'/')?;
+    let (who, tail) = (&rest[..i], &rest[i..]);
+    // SAFETY: plain getter.
+    let me = unsafe { libc::getpid() };
+    if who != b"self" && who != b"thread-self" && num(who) != Some(me) {
+        return None;
+    }
+    num(tail.strip_prefix(b"/fd/")?)
+}
+
+/// A fully resolved path.
+#[derive(Debug)]
+pub enum Found {
+    Nv {
+        ino: u64,
+        ft: FileType,
+        /// Absolute path in the program's namespace (prefix included).
+        vpath: Vec<u8>,
+    },
+    /// Left nvmfs again: this real path (absolute) is the C library's.
+    Real(CString),
+    /// Never entered nvmfs: pass the original call on.
+    Pass,
+}
+
+/// A path resolved up to its last component (for calls that create or remove a name).
+#[derive(Debug)]
+pub enum Parent {
+    Nv {
+        dir: u64,
+        name: Vec<u8>,
+        dir_vpath: Vec<u8>,
+        trailing_slash: bool,
+    },
+    /// The path names an nvmfs node itself (the prefix, ".", "..", /dev/fd/N): no name to
+    /// act on.
+    NvSelf {
+        ino: u64,
+        dot: bool,
+        vpath: Vec<u8>,
+    },
+    Real(CString),
+    Pass,
+}
+
+enum Loc {
+    Real { raw: Vec<u8>, norm: Vec<Vec<u8>> },
+    Nv { ino: u64, stack: Vec<Vec<u8>> },
+}
+
+pub struct Walker<'a> {
+    pub fs: &'a Fs,
+    pub cfg: &'a Config,
+    creds: Creds,
+    links: u32,
+    entered: bool,
+}
+
+fn comps(path: &[u8]) -> Vec<Vec<u8>> {
+    path.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .rev()
+        .map(|c| c.to_vec())
+        .collect()
+}
+
+fn join(stack: &[Vec<u8>]) -> Vec<u8> {
+    if stack.is_empty() {
+        return b"/".to_vec();
+    }
+    let mut s = Vec::new();
+    for c in stack {
+        s.push(b'/');
+        s.extend_from_slice(c);
+    }
+    s
+}
+
+pub fn split_vpath(v: &[u8]) -> Vec<Vec<u8>> {
+    v.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .map(|c| c.to_vec())
+        .collect()
+}
+
+impl<'a> Walker<'a> {
+    pub fn new(fs: &'a Fs, cfg: &'a Config) -> Walker<'a> {
+        Walker {
+            fs,
+            cfg,
+            creds: Creds::effective(),
+            links: 0,
+            entered: false,
+        }
+    }
+
+    fn start(&mut self, s: &Start) -> R<Loc> {
+        match s {
+            Start::RealRoot => Ok(Loc::Real {
+                raw: Vec::new(),
+                norm: Vec::new(),
+            }),
+            Start::Nv {
+                ino,
+                generation,
+                vpath,
+            } => {
+                self.entered = true;
+                if let Some(g) = generation {
+                    let m = self.fs.getattr(*ino).en()?;
+                    if m.generation != *g || m.nlink == 0 {
+                        return Err(libc::ENOENT);
+                    }
+                }
+                Ok(Loc::Nv {
+                    ino: *ino,
+                    stack: split_vpath(vpath),
+                })
+            }
+        }
+    }
+
+    fn check_search(&self, dir: u64) -> R<()> {
+        if self.creds.root() {
+            return Ok(());
+        }
+        let m = self.fs.getattr(dir).en()?;
+        if !self.creds.may(&m, 1) {
+            return Err(libc::EACCES);
+        }
+        Ok(())
+    }
+
+    /// Processes one component. `follow`: a symlink here is followed (its target's
+    /// components are pushed onto `queue`).
+    fn step(&mut self, loc: &mut Loc, c: Vec<u8>, follow: bool, queue: &mut Vec<Vec<u8>>) -> R<()> {
+        match loc {
+            Loc::Real { raw, norm } => {
+                raw.push(b'/');
+                raw.extend_from_slice(&c);
+                if c == b".." {
+                    norm.pop();
+                } else {
+                    norm.push(c);
+                    if *norm == self.cfg.prefix_comps {
+                        self.entered = true;
+                        *loc = Loc::Nv {
+                            ino: ROOT,
+                            stack: self.cfg.prefix_comps.clone(),
+                        };
+                    }
+                }
+                Ok(())
+            }
+            Loc::Nv { ino, stack } => {
+                if c == b".." {
+                    if *ino == ROOT {
+                        let norm =
+                            self.cfg.prefix_comps[..self.cfg.prefix_comps.len() - 1].to_vec();
+                        *loc = Loc::Real {
+                            raw: if norm.is_empty() {
+                                Vec::new()
+                            } else {
+                                self.cfg.parent.clone()
+                            },
+                            norm,
+                        };
+                        return Ok(());
+                    }
+                    self.check_search(*ino)?;
+                    let (p, _) = self.fs.lookup_ino(*ino, b"..").en()?;
+                    *ino = p;
+                    stack.pop();
+                    return Ok(());
+                }
+                self.check_search(*ino)?;
+                let (next, ft) = self.fs.lookup_ino(*ino, &c).en()?;
+                if ft == FileType::Symlink && follow {
+                    self.links += 1;
+                    if self.links > LINK_MAX_FOLLOW {
+                        return Err(libc::ELOOP);
+                    }
+                    let target = self.fs.readlink(next).en()?;
+                    if target.first() == Some(&b'/') {
+                        *loc = Loc::Real {
+                            raw: Vec::new(),
+                            norm: Vec::new(),
+                        };
+                    }
+                    queue.extend(comps(&target));
+                    return Ok(());
+                }
+                if !queue.is_empty() && ft != FileType::Dir {
+                    return Err(libc::ENOTDIR);
+                }
+                *ino = next;
+                stack.push(c);
+                Ok(())
+            }
+        }
+    }
+
+    /// Resolves `w` fully; `follow`: a final symlink is followed.
+    pub fn resolve(&mut self, w: &Walk, follow: bool) -> R<Found> {
+        let trailing = w.path.ends_with(b"/") || w.path.ends_with(b"/.") || w.path == b".";
+        let mut loc = self.start(&w.start)?;
+        let mut queue = comps(&w.path);
+        while let Some(c) = queue.pop() {
+            let last = queue.is_empty();
+            self.step(&mut loc, c, !last || follow || trailing, &mut queue)?;
+        }
+        self.finish(loc, trailing)
+    }
+
+    fn finish(&mut self, loc: Loc, trailing: bool) -> R<Found> {
+        match loc {
+            Loc::Real { raw, .. } => {
+                if !self.entered {
+                    return Ok(Found::Pass);
+                }
+                let mut raw = if raw.is_empty() { b"/".to_vec() } else { raw };
+                if trailing && !raw.ends_with(b"/") {
+                    raw.push(b'/');
+                }
+                Ok(Found::Real(crate::state::cstring(raw)))
+            }
+            Loc::Nv { ino, stack } => {
+                let ft = if ino == ROOT {
+                    FileType::Dir
+                } else {
+                    self.fs.getattr(ino).en()?.file_type
+                };
+                if trailing && ft != FileType::Dir {
+                    return Err(libc::ENOTDIR);
+                }
+                Ok(Found::Nv {
+                    ino,
+                    ft,
+                    vpath: join(&stack),
+                })
+            }
+        }
+    }
+
+    /// Resolves all but the last component of `w` (following symlinks).
+    pub fn parent(&mut self, w: &Walk) -> R<Parent> {
+        let trimmed_len = w.path.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+        let trailing_slash = trimmed_len < w.path.len();
+        let trimmed = &w.path[..trimmed_len];
+        let (dir, name) = match trimmed.iter().rposition(|&b| b == b'/') {
+            Some(i) => (&trimmed[..i + 1], &trimmed[i + 1..]),
+            None => (&b""[..], trimmed),
+        };
+        if name.is_empty() || name == b"." || name == b".." {
+            // "/", "", "x/.", "x/..": the directory itself.
+            return match self.resolve(w, true)? {
+                Found::Nv { ino, vpath, .. } => Ok(Parent::NvSelf {
+                    ino,
+                    dot: !name.is_empty(),
+                    vpath,
+                }),
+                Found::Real(p) => Ok(Parent::Real(p)),
+                Found::Pass => Ok(Parent::Pass),
+            };
+        }
+        let mut loc = self.start(&w.start)?;
+        let mut queue = comps(dir);
+        while let Some(c) = queue.pop() {
+            self.step(&mut loc, c, true, &mut queue)?;
+        }
+        match loc {
+            Loc::Nv { ino, stack } => Ok(Parent::Nv {
+                dir: ino,
+                name: name.to_vec(),
+                dir_vpath: join(&stack),
+                trailing_slash,
+            }),
+            Loc::Real { mut raw, mut norm } => {
+                norm.push(name.to_vec());
+                if norm == self.cfg.prefix_comps {
+                    self.entered = true;
+                    return Ok(Parent::NvSelf {
+                        ino: ROOT,
+                        dot: false,
+                        vpath: self.cfg.prefix.clone(),
+                    });
+                }
+                if !self.entered {
+                    return Ok(Parent::Pass);
+                }
+                raw.push(b'/');
+                raw.extend_from_slice(name);
+                if trailing_slash {
+                    raw.push(b'/');
+                }
+                Ok(Parent::Real(crate::state::cstring(raw)))
+            }
+        }
+    }
+
+    /// Follows the symlink `dir/name` for a call that creates its target (open O_CREAT,
+    /// which follows a dangling final link): resolves the link's target up to its last
+    /// component.
+    pub fn through_link(&mut self, dir: u64, dir_vpath: &[u8], link: u64) -> R<Parent> {
+        self.links += 1;
+        if self.links > LINK_MAX_FOLLOW {
+            return Err(libc::ELOOP);
+        }
+        let target = self.fs.readlink(link).en()?;
+        let w = if target.first() == Some(&b'/') {
+            Walk {
+                start: Start::RealRoot,
+                path: target,
+            }
+        } else {
+            Walk {
+                start: Start::Nv {
+                    ino: dir,
+                    generation: None,
+                    vpath: dir_vpath.to_vec(),
+                },
+                path: target,
+            }
+        };
+        self.entered = true;
+        let p = self.parent(&w)?;
+        Ok(match p {
+            Parent::Pass => Parent::Real(crate::state::cstring(w.path)),
+            p => p,
+        })
+    }
+}
+
+/// The path of directory `ino` inside the prefix, found by walking ".." up to the root and
+/// looking for each directory's name in its parent.
+pub fn dir_path(fs: &Fs, cfg: &Config, ino: u64) -> Option<Vec<u8>> {
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    let mut cur = ino;
+    for _ in 0..4096 {
+        if cur == ROOT {
+            let mut stack = cfg.prefix_comps.clone();
+            stack.extend(names.into_iter().rev());
+            return Some(join(&stack));
+        }
+        let (parent, _) = fs.lookup_ino(cur, b"..").ok()?;
+        let mut found = None;
+        fs.readdir(parent, 2, |e| {
+            if e.ino == cur {
+                found = Some(e.name.clone());
+                false
+            } else {
+                true
+            }
+        })
+        .ok()?;
+        names.push(found?);
+        cur = parent;
+    }
+    None
+}
