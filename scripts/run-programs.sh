@@ -198,8 +198,8 @@ run_step() {
   fi
 }
 
-# check_image: every process has let go of the image; it is marked clean and nvmfs fsck
-# finds nothing. (VIA=fuse: unmount, fsck, mount again.)
+# check_image: every process has let go of the image (its coordination file is gone), the last
+# one marked it clean, and nvmfs fsck finds nothing. (VIA=fuse: unmount, fsck, mount again.)
 check_image() {
   if [ "$via" = fuse ]; then
     fuse_unmount "$P"
@@ -207,19 +207,19 @@ check_image() {
     fuse_mount "$P"
     return
   fi
-  local coord clean
+  local coord clean bad=0
   coord=$(coord_file)
   if [ -e "$coord" ]; then
-    echo "coordination file $coord still exists: a process did not detach"
-    return 1
+    echo "coordination file $coord still exists after the last process ended: it did not detach"
+    bad=1
   fi
   clean=$("$nvmfs" info --json "$img" | python3 -c 'import json, sys; print(json.load(sys.stdin)["clean"])')
-  [ "$clean" = True ] || {
-    echo "image not marked clean after the last process ended (info: clean=$clean)"
-    "$nvmfs" fsck "$img" || true
-    return 1
-  }
-  "$nvmfs" fsck "$img" | sed 's/^/fsck: /'
+  if [ "$clean" != True ]; then
+    echo "image not marked clean after the last process ended"
+    bad=1
+  fi
+  "$nvmfs" fsck "$img" 2>&1 | sed 's/^/fsck: /'
+  [ "${PIPESTATUS[0]}" = 0 ] && [ "$bad" = 0 ]
 }
 
 # --- steps --------------------------------------------------------------------------------
@@ -910,7 +910,8 @@ if [ "$via" = fuse ] && [ ! -d "$P" ]; then
   created_prefix=1
 fi
 run_step setup step_setup
-if [ "$failed" = 0 ]; then
+# The other steps need the image (and for VIA=fuse the mount), not a clean setup step.
+if [ -e "$img" ] && { [ "$via" = run ] || is_mounted "$P"; }; then
   run_step sqlite3 step_sqlite
   run_step fio-verify step_fio
   run_step postmark step_postmark
