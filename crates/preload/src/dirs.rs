@@ -148,10 +148,24 @@ fn refill(e: &Entry, st: &mut DirState) -> R<bool> {
     Ok(more)
 }
 
+/// The d_type of a file type (DT_REG, DT_DIR, ...).
+pub fn dt(t: nvmfs::FileType) -> u8 {
+    use nvmfs::FileType::*;
+    match t {
+        File => libc::DT_REG,
+        Dir => libc::DT_DIR,
+        Symlink => libc::DT_LNK,
+        Fifo => libc::DT_FIFO,
+        CharDevice => libc::DT_CHR,
+        BlockDevice => libc::DT_BLK,
+        Socket => libc::DT_SOCK,
+    }
+}
+
 fn fill_dirent(out: &mut dirent64, de: &nvmfs::DirEntry) {
     out.d_ino = de.ino;
     out.d_off = de.offset as i64;
-    out.d_type = de.file_type.dtype();
+    out.d_type = dt(de.file_type);
     let n = de.name.len().min(255);
     for (i, &b) in de.name[..n].iter().enumerate() {
         out.d_name[i] = b as c_char;
@@ -473,7 +487,7 @@ fn getdents_nv(e: &Entry, buf: &mut [u8]) -> R<usize> {
                 (p.add(8) as *mut i64).write_unaligned(de.offset as i64);
                 (p.add(16) as *mut u16).write_unaligned(reclen as u16);
             }
-            r[18] = de.file_type.dtype();
+            r[18] = dt(de.file_type);
             r[19..19 + n].copy_from_slice(&de.name);
             for b in &mut r[19 + n..] {
                 *b = 0;

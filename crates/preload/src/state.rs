@@ -221,7 +221,10 @@ fn attach(cfg: &Config) -> Option<State> {
         read_only: cfg.read_only,
         ..Default::default()
     };
-    match SharedMount::attach(&cfg.image, &opts) {
+    let fillers = fill_low_fds();
+    let r = SharedMount::attach(&cfg.image, &opts);
+    close_fds(&fillers);
+    match r {
         Ok(mount) => {
             mark_new_internal(&before);
             Some(State { mount })
@@ -234,6 +237,44 @@ fn attach(cfg: &Config) -> Option<State> {
             ));
             None
         }
+    }
+}
+
+/// Descriptors below this are the program's to pick by number (shells redirect 0-9): the
+/// core's own descriptors are kept above it.
+const LOW_FDS: i32 = 10;
+
+/// Occupies every free descriptor below LOW_FDS (with /dev/null), so that descriptors the
+/// core opens meanwhile land above it; returns them for `close_fds`.
+fn fill_low_fds() -> Vec<i32> {
+    let mut v = Vec::new();
+    for _ in 0..LOW_FDS {
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe {
+            real::openat64(
+                libc::AT_FDCWD,
+                c"/dev/null".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+                0,
+            )
+        };
+        if fd < 0 {
+            break;
+        }
+        if fd >= LOW_FDS {
+            // SAFETY: ours.
+            unsafe { real::close(fd) };
+            break;
+        }
+        v.push(fd);
+    }
+    v
+}
+
+fn close_fds(v: &[i32]) {
+    for &fd in v {
+        // SAFETY: ours.
+        unsafe { real::close(fd) };
     }
 }
 
@@ -400,6 +441,7 @@ pub fn init() {
     // SAFETY: registers our fork hooks with plain function pointers.
     unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
     let fds = fd_list();
+    crate::stdio::replace_std_streams();
     let inherited: Vec<i32> = fds
         .iter()
         .copied()
@@ -414,7 +456,6 @@ pub fn init() {
     if let Some(v) = cwd {
         crate::cwd::restore(cfg, &v);
     }
-    crate::stdio::replace_std_streams();
 }
 
 /// Takes over the nvmfs descriptions this process inherited across exec.
@@ -475,7 +516,9 @@ extern "C" fn fork_child() {
     crate::locks::fork_unlock_all();
     if let Some(st) = attached() {
         let before = fd_list();
+        let fillers = fill_low_fds();
         st.mount.child_after_fork();
+        close_fds(&fillers);
         // The child has a coordination descriptor of its own now; the inherited one is
         // closed. Re-learn which descriptors are ours.
         let after = fd_list();

@@ -62,11 +62,16 @@ fn lookup(f: *mut FILE) -> Option<c_int> {
         .map(|&(_, fd)| fd)
 }
 
+// The cookie functions act on whatever the stream's descriptor is when they run: an
+// nvmfs descriptor goes through the preload, any other to the C library. So the standard
+// streams (always cookie streams under the preload) follow the program's dup2s, as
+// glibc's own streams do: `bash -c 'echo x > /nvmfs/f'` (a builtin writing through stdout
+// after dup2 of an nvmfs descriptor onto 1) lands in nvmfs.
+
 unsafe extern "C" fn c_read(c: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
     let c = &*(c as *const Cookie);
     let Some(e) = fdtable::get(c.fd) else {
-        set_errno(libc::EBADF);
-        return -1;
+        return real::read(c.fd, buf as *mut c_void, n);
     };
     let b = slice_mut(buf as *mut c_void, n.min(MAX_RW));
     match crate::io::nv_read(&e, &mut [b], None) {
@@ -81,15 +86,26 @@ unsafe extern "C" fn c_read(c: *mut c_void, buf: *mut c_char, n: size_t) -> ssiz
 unsafe extern "C" fn c_write(c: *mut c_void, buf: *const c_char, n: size_t) -> ssize_t {
     let c = &*(c as *const Cookie);
     let Some(e) = fdtable::get(c.fd) else {
-        set_errno(libc::EBADF);
-        return 0;
+        // glibc's own streams retry short writes and treat -1 as an error; so do we.
+        let mut done = 0usize;
+        while done < n {
+            let r = real::write(c.fd, buf.add(done) as *const c_void, n - done);
+            if r < 0 {
+                if crate::guard::errno() == libc::EINTR {
+                    continue;
+                }
+                return if done > 0 { done as ssize_t } else { -1 };
+            }
+            done += r as usize;
+        }
+        return n as ssize_t;
     };
     let b = slice(buf as *const c_void, n.min(MAX_RW));
     match crate::io::nv_write(&e, &[b], None, false) {
         Ok(n) => n as ssize_t,
         Err(err) => {
             set_errno(err);
-            0
+            -1
         }
     }
 }
@@ -97,8 +113,12 @@ unsafe extern "C" fn c_write(c: *mut c_void, buf: *const c_char, n: size_t) -> s
 unsafe extern "C" fn c_seek(c: *mut c_void, off: *mut off64_t, whence: c_int) -> c_int {
     let c = &*(c as *const Cookie);
     let Some(e) = fdtable::get(c.fd) else {
-        set_errno(libc::EBADF);
-        return -1;
+        let r = real::lseek64(c.fd, *off, whence);
+        if r < 0 {
+            return -1;
+        }
+        *off = r;
+        return 0;
     };
     match crate::io::nv_lseek(&e, *off, whence) {
         Ok(p) => {
@@ -121,7 +141,13 @@ unsafe extern "C" fn c_close(c: *mut c_void) -> c_int {
             NFILES.fetch_sub(1, Ordering::AcqRel);
         }
     }
-    crate::fdops::close_fd(c.fd)
+    if fdtable::get(c.fd).is_some() {
+        crate::fdops::close_fd(c.fd)
+    } else if fdtable::is_internal(c.fd) {
+        0
+    } else {
+        real::close(c.fd)
+    }
 }
 
 /// A cookie stream over nvmfs descriptor `fd` (which it owns: fclose closes it).
@@ -288,9 +314,9 @@ macro_rules! freopen_fns {
                 return real::freopen64(path, mode, f);
             }
             if path.is_null() {
-                // Reopening an nvmfs stream with another mode: not supported.
-                set_errno(libc::EINVAL);
-                return std::ptr::null_mut();
+                // Changing the mode of a stream in place: on Linux only "b" could differ,
+                // which means nothing; the stream stays as it is.
+                return f;
             }
             let slot = std_slot(f);
             real::fclose(f);
@@ -325,25 +351,26 @@ pub unsafe extern "C" fn fileno_unlocked(f: *mut FILE) -> c_int {
     real::fileno_unlocked(f)
 }
 
-/// Start-up: standard descriptors that are nvmfs descriptors get cookie streams.
+/// Start-up: stdin, stdout and stderr become cookie streams on descriptors 0, 1 and 2
+/// (whatever those are now or later), buffered as glibc would: stderr unbuffered, stdout
+/// line-buffered on a terminal.
 pub fn replace_std_streams() {
     for fd in 0..3 {
-        let Some(e) = fdtable::get(fd) else { continue };
-        let mode: &[u8] = match (e.readable(), e.writable()) {
-            (true, true) => b"r+",
-            (true, false) => b"r",
-            (false, true) if e.flags() & libc::O_APPEND != 0 => b"a",
-            (false, true) => b"w",
-            _ => continue,
-        };
+        let mode: &[u8] = if fd == 0 { b"r" } else { b"a" };
         // SAFETY: start-up, before the program's main: replacing the stream variables.
         unsafe {
             let f = cookie_stream(fd as c_int, mode);
             if f.is_null() {
                 continue;
             }
-            if fd == 2 {
-                setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
+            match fd {
+                2 => {
+                    setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
+                }
+                1 if libc::isatty(1) == 1 => {
+                    setvbuf(f, std::ptr::null_mut(), libc::_IOLBF, libc::BUFSIZ as size_t);
+                }
+                _ => {}
             }
             set_std(fd as usize, f);
         }

@@ -26,7 +26,7 @@ mod coord;
 mod gate;
 mod sys;
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::io;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -121,8 +121,14 @@ pub struct SharedMount {
 
 thread_local! {
     /// The shared mounts this thread is inside `op` of, with their nesting depth.
-    static DEPTH: RefCell<Vec<(usize, u32)>> = const { RefCell::new(Vec::new()) };
+    // A plain array (no destructor): operations must keep working while a thread's
+    // thread-locals are being destroyed, e.g. stdio flushing at exit(), which runs after
+    // the main thread's TLS destructors (the preload library's cookie streams).
+    static DEPTH: Cell<[(usize, u32); DEPTH_SLOTS]> = const { Cell::new([(0, 0); DEPTH_SLOTS]) };
 }
+
+/// Shared mounts one thread can be inside `op` of at once.
+const DEPTH_SLOTS: usize = 8;
 
 fn process_id(slot: usize, epoch: u32) -> u32 {
     (slot as u32 + 1) | (epoch << 12)
@@ -254,18 +260,24 @@ impl SharedMount {
 
     fn enter(&self) -> OpGuard<'_> {
         let key = self.key();
-        let nested = DEPTH.with(|d| {
-            let mut d = d.borrow_mut();
-            match d.iter_mut().find(|(k, _)| *k == key) {
+        let nested = DEPTH.with(|c| {
+            let mut d = c.get();
+            let nested = match d.iter_mut().find(|(k, n)| *k == key && *n > 0) {
                 Some((_, n)) => {
                     *n += 1;
                     true
                 }
                 None => {
-                    d.push((key, 1));
+                    // More than DEPTH_SLOTS mounts at once on one thread: not recorded, so
+                    // nested calls take the gate again (allowed: it is this process's).
+                    if let Some(free) = d.iter_mut().find(|(_, n)| *n == 0) {
+                        *free = (key, 1);
+                    }
                     false
                 }
-            }
+            };
+            c.set(d);
+            nested
         });
         if nested {
             return OpGuard { m: self };
@@ -298,16 +310,17 @@ impl SharedMount {
 
     fn leave(&self) {
         let key = self.key();
-        let outer = DEPTH.with(|d| {
-            let mut d = d.borrow_mut();
-            let i = d.iter().position(|(k, _)| *k == key).expect("inside op");
-            d[i].1 -= 1;
-            if d[i].1 == 0 {
-                d.swap_remove(i);
-                true
-            } else {
-                false
-            }
+        let outer = DEPTH.with(|c| {
+            let mut d = c.get();
+            let outer = match d.iter_mut().find(|(k, n)| *k == key && *n > 0) {
+                Some((_, n)) => {
+                    *n -= 1;
+                    *n == 0
+                }
+                None => true,
+            };
+            c.set(d);
+            outer
         });
         if !outer {
             return;
