@@ -8,6 +8,7 @@ mod info;
 mod mkfs;
 mod mount;
 mod output;
+mod run;
 mod size;
 mod study;
 
@@ -40,6 +41,7 @@ enum Command {
     Mount(mount::Args),
     Bench(bench::Args),
     Crashtest(crashtest::Args),
+    Run(run::Args),
     Study(study::Args),
 }
 
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Command::Mount(args) => mount::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Crashtest(args) => crashtest::run_cmd(&args),
+        Command::Run(args) => run::run(&args),
         Command::Study(args) => study::run(&args),
     };
     ExitCode::from(code)

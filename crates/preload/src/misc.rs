@@ -679,3 +679,73 @@ pub unsafe extern "C" fn aio_fsync(op: c_int, cb: *mut c_void) -> c_int {
     }
     real::aio_fsync64(op, cb)
 }
+
+// ---- execl, execlp, execle: variadic, so entered through small assembly trampolines ------
+
+/// Collects the argument list of an execl-style call: `regs` holds the five argument
+/// registers after `path` (rsi, rdx, rcx, r8, r9), `stack` the caller's stack arguments.
+/// Returns argv (NULL-terminated) and, for execle, the envp after it.
+unsafe fn collect_args(regs: *const *const c_char, stack: *const *const c_char) -> (Vec<*const c_char>, *const *const c_char) {
+    let mut v = Vec::new();
+    let mut i = 0usize;
+    loop {
+        let p = if i < 5 { *regs.add(i) } else { *stack.add(i - 5) };
+        i += 1;
+        if p.is_null() {
+            v.push(p);
+            let next = if i < 5 { *regs.add(i) } else { *stack.add(i - 5) };
+            return (v, next as *const *const c_char);
+        }
+        v.push(p);
+    }
+}
+
+unsafe extern "C" fn nvmfs_preload_execl(path: *const c_char, regs: *const *const c_char, stack: *const *const c_char) -> c_int {
+    let (argv, _) = collect_args(regs, stack);
+    execve(path, argv.as_ptr(), environ)
+}
+
+unsafe extern "C" fn nvmfs_preload_execlp(file: *const c_char, regs: *const *const c_char, stack: *const *const c_char) -> c_int {
+    let (argv, _) = collect_args(regs, stack);
+    execvpe(file, argv.as_ptr(), environ)
+}
+
+unsafe extern "C" fn nvmfs_preload_execle(path: *const c_char, regs: *const *const c_char, stack: *const *const c_char) -> c_int {
+    let (argv, envp) = collect_args(regs, stack);
+    execve(path, argv.as_ptr(), envp)
+}
+
+// execl(path, arg0, ...): a naked trampoline saves the five argument registers after
+// `path` on the stack and calls the Rust function with pointers to them and to the stack
+// arguments. On entry rsp is 8 mod 16; after `sub rsp, 40` it is 16-aligned for the call.
+#[cfg(target_arch = "x86_64")]
+macro_rules! execl_trampoline {
+    ($name:ident, $imp:ident) => {
+        /// # Safety
+        /// C ABI: `path, arg0, ..., NULL` (execle: then envp).
+        #[no_mangle]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name() -> c_int {
+            std::arch::naked_asm!(
+                "sub rsp, 40",
+                "mov [rsp], rsi",
+                "mov [rsp+8], rdx",
+                "mov [rsp+16], rcx",
+                "mov [rsp+24], r8",
+                "mov [rsp+32], r9",
+                "mov rsi, rsp",
+                "lea rdx, [rsp+48]",
+                "call {imp}",
+                "add rsp, 40",
+                "ret",
+                imp = sym $imp,
+            )
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+execl_trampoline!(execl, nvmfs_preload_execl);
+#[cfg(target_arch = "x86_64")]
+execl_trampoline!(execlp, nvmfs_preload_execlp);
+#[cfg(target_arch = "x86_64")]
+execl_trampoline!(execle, nvmfs_preload_execle);

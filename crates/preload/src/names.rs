@@ -184,7 +184,11 @@ fn rename_nv(fs: &Fs, cfg: &'static Config, a: Parent, b: Parent, flags: u32) ->
                 Err(e) => return Err(to_errno(&e)),
             };
             if let Some((tino, _)) = target {
+                if flags & libc::RENAME_NOREPLACE != 0 {
+                    return Err(libc::EEXIST);
+                }
                 if tino == ino && flags == 0 {
+                    // POSIX: two links to one file; nothing happens.
                     return Ok(Ren::Done(Ok(0)));
                 }
                 check_sticky(fs, &c, &dm2, tino)?;

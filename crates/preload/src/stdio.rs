@@ -368,7 +368,12 @@ pub fn replace_std_streams() {
                     setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
                 }
                 1 if libc::isatty(1) == 1 => {
-                    setvbuf(f, std::ptr::null_mut(), libc::_IOLBF, libc::BUFSIZ as size_t);
+                    setvbuf(
+                        f,
+                        std::ptr::null_mut(),
+                        libc::_IOLBF,
+                        libc::BUFSIZ as size_t,
+                    );
                 }
                 _ => {}
             }
