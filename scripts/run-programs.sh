@@ -15,7 +15,8 @@
 #
 # Environment: PREFIX (/nvmfs), SQLITE_ROWS (10000), FIO_SIZE (128M a job), FIO_JOBS (2),
 # POSTMARK_NUMBER (2000), POSTMARK_TRANSACTIONS (5000), DB_BENCH_NUM (50000),
-# CONC_LINES (200 lines a writer), KILL_ROUNDS (3), KILL_SECONDS (1.5); STEPS="sqlite3 git ..."
+# CONC_LINES (200 lines a writer), KILL_ROUNDS (3), KILL_SECONDS (1.5), CMD_TIMEOUT (120 s: a
+# program still running then is killed and its step fails); STEPS="sqlite3 git ..."
 # runs only those steps (setup and fsck-final always run); KEEP_LOGS=1 keeps the step logs. VIA=fuse runs the same steps directly on an `nvmfs mount` of the image at PREFIX
 # instead of under `nvmfs run` (the FUSE mount as a reference: a step that passes there and
 # fails under `nvmfs run` points at the preload; the conflict step is skipped).
@@ -25,6 +26,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 nvmfs=${1:-target/release/nvmfs}
 case $nvmfs in /*) ;; *) nvmfs="$PWD/$nvmfs" ;; esac
 via=${VIA:-run}
+cmd_timeout=${CMD_TIMEOUT:-120}
 
 die() {
   printf 'run-programs: %s\n' "$*" >&2
@@ -96,13 +98,20 @@ kill_background() {
   bg_pids=()
 }
 
-# nv PROGRAM ARGS...: runs PROGRAM on the image, its paths under $P served by nvmfs.
+# nv PROGRAM ARGS...: runs PROGRAM on the image, its paths under $P served by nvmfs. A program
+# that hangs is killed after CMD_TIMEOUT seconds (exit 124), so a hang fails its step instead
+# of the whole run.
 nv() {
+  local rc=0
   if [ "$via" = run ]; then
-    "$nvmfs" run --image "$img" --prefix "$P" -- "$@"
+    timeout --foreground -k 10 "$cmd_timeout" "$nvmfs" run --image "$img" --prefix "$P" -- "$@" || rc=$?
   else
-    "$@"
+    timeout --foreground -k 10 "$cmd_timeout" "$@" || rc=$?
   fi
+  if [ "$rc" = 124 ]; then
+    echo "nv: killed after ${cmd_timeout} s (CMD_TIMEOUT): $*" >&2
+  fi
+  return "$rc"
 }
 
 # The coordination file of the image's shared mounts, removed by the last process to detach.
