@@ -13,9 +13,9 @@
 # fio, postmark, git, rocksdb-tools (db_bench) and fuse3 with apt-get when missing. The image
 # (1 GiB) lives in /dev/shm and is removed on exit, also on failure.
 #
-# Environment: PREFIX (/nvmfs), SQLITE_ROWS (10000), FIO_SIZE (128M a job), FIO_JOBS (2),
+# Environment: PREFIX (/nvmfs), SQLITE_ROWS (10000), FIO_SIZE (256M a job), FIO_JOBS (2),
 # POSTMARK_NUMBER (2000), POSTMARK_TRANSACTIONS (5000), DB_BENCH_NUM (50000),
-# CONC_LINES (200 lines a writer), KILL_ROUNDS (3), KILL_SECONDS (1.5), CMD_TIMEOUT (120 s: a
+# CONC_LINES (300 lines a writer), KILL_ROUNDS (3), KILL_SECONDS (1.5), CMD_TIMEOUT (120 s: a
 # program still running then is killed and its step fails); STEPS="sqlite3 git ..."
 # runs only those steps (setup and fsck-final always run); KEEP_LOGS=1 keeps the step logs. VIA=fuse runs the same steps directly on an `nvmfs mount` of the image at PREFIX
 # instead of under `nvmfs run` (the FUSE mount as a reference: a step that passes there and
@@ -305,7 +305,7 @@ step_sqlite() {
 }
 
 fio_verify() { # NAME EXTRA-ARGS...
-  local name=$1 size=${FIO_SIZE:-128M} jobs=${FIO_JOBS:-2} rc=0 dir="$P/fio-verify"
+  local name=$1 size=${FIO_SIZE:-256M} jobs=${FIO_JOBS:-2} rc=0 dir="$P/fio-verify"
   shift
   # Each job has its own file: it writes half of it at random 4 KiB offsets (mixed with
   # reads), then reads back and checks every block written (crc32c in a header of each block).
@@ -329,7 +329,7 @@ mib = 1 << 20
 r, w = job["read"], job["write"]
 o = job["job options"]
 print(f"fio {job['jobname']} rw={o['rw']} bs={o['bs']} size={o['size']} numjobs={o.get('numjobs', 1)} "
-      f"thread={'thread' in o} verify={o['verify']}: error={job['error']}")
+      f"verify={o['verify']}: error={job['error']}")
 print(f"  write {w['io_bytes'] / mib:.0f} MiB at {w['bw_bytes'] / mib:.1f} MiB/s ({w['iops']:.0f} IOPS)")
 print(f"  read (incl. verify) {r['io_bytes'] / mib:.0f} MiB at {r['bw_bytes'] / mib:.1f} MiB/s ({r['iops']:.0f} IOPS)")
 if job["error"]:
@@ -354,6 +354,7 @@ step_fio() {
   # inherits the parent's attachment to the image).
   fio_verify threads --thread
   check_image
+  nv bash -c 'rm "$1"/threads.*' _ "$P/fio-verify"
   fio_verify processes
   nv ls -l "$P/fio-verify"
   check_image
@@ -679,7 +680,7 @@ conc_reader='
 '
 
 conc_round() { # N
-  local n=$1 lines=${CONC_LINES:-200} d="$P/concurrent/n$1" i pids=() rpid rc=0
+  local n=$1 lines=${CONC_LINES:-300} d="$P/concurrent/n$1" i pids=() rpid rc=0
   local stop="$work/stop-reader-$n"
   nv mkdir -p "$d"
   rm -f "$stop"
