@@ -40,7 +40,18 @@ struct Mapping {
     flags: c_int,
     entry: Arc<Entry>,
     dmap: Option<DirectMap>,
-    _guard: Option<MapGuard>,
+    guard: Option<(MapGuard, Vec<i32>)>,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Some((g, fds)) = self.guard.take() {
+            drop(g);
+            for fd in fds {
+                fdtable::unmark_internal(fd);
+            }
+        }
+    }
 }
 
 static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
@@ -97,12 +108,21 @@ unsafe fn map_nv(
                 let _g = Guard::new();
                 let before = fd_set();
                 let gd = st.mount.map_guard(e.ino).en()?;
+                let mut mine = Vec::new();
+                let coord = state::config()
+                    .map(|c| c.coord_path.clone())
+                    .unwrap_or_default();
                 for fd in fd_set() {
-                    if before.binary_search(&fd).is_err() {
+                    // Only the guard's own descriptor (of the coordination file): another
+                    // thread may have opened something meanwhile.
+                    let is_coord = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                        .is_ok_and(|l| l.as_os_str().as_encoded_bytes() == coord.as_slice());
+                    if before.binary_search(&fd).is_err() && is_coord {
                         fdtable::mark_internal(fd);
+                        mine.push(fd);
                     }
                 }
-                (Some(m), Some(gd))
+                (Some(m), Some((gd, mine)))
             }
             Err(err)
                 if err.raw_os_error() == Some(libc::EINVAL)
@@ -210,7 +230,7 @@ unsafe fn map_nv(
         flags,
         entry: e.clone(),
         dmap,
-        _guard: guard,
+        guard,
     });
     NMAPS.store(g.len(), Ordering::Release);
     Ok(base)

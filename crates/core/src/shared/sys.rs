@@ -24,13 +24,13 @@ pub fn open(path: &CStr, flags: i32, mode: u32) -> io::Result<RawFd> {
 
 pub fn close(fd: RawFd) {
     // SAFETY: closes a descriptor this layer owns.
-    unsafe { libc::syscall(libc::SYS_close, fd as libc::c_long) };
+    unsafe { libc::syscall(libc::SYS_close, fd) };
 }
 
 pub fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: fstat fills the buffer it is given.
-    check(unsafe { libc::syscall(libc::SYS_fstat, fd as libc::c_long, st.as_mut_ptr()) })?;
+    check(unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) })?;
     // SAFETY: initialised by the successful call.
     Ok(unsafe { st.assume_init() })
 }
@@ -41,10 +41,10 @@ pub fn stat(path: &CStr) -> io::Result<libc::stat> {
     check(unsafe {
         libc::syscall(
             libc::SYS_newfstatat,
-            libc::AT_FDCWD as libc::c_long,
+            libc::AT_FDCWD,
             path.as_ptr(),
             st.as_mut_ptr(),
-            0 as libc::c_long,
+            0,
         )
     })?;
     // SAFETY: initialised by the successful call.
@@ -53,38 +53,23 @@ pub fn stat(path: &CStr) -> io::Result<libc::stat> {
 
 pub fn unlink(path: &CStr) {
     // SAFETY: unlinkat with a NUL-terminated path.
-    unsafe {
-        libc::syscall(
-            libc::SYS_unlinkat,
-            libc::AT_FDCWD as libc::c_long,
-            path.as_ptr(),
-            0 as libc::c_long,
-        )
-    };
+    unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, path.as_ptr(), 0) };
 }
 
 pub fn ftruncate(fd: RawFd, len: u64) -> io::Result<()> {
     // SAFETY: ftruncate on a descriptor this layer owns.
-    check(unsafe { libc::syscall(libc::SYS_ftruncate, fd as libc::c_long, len as libc::c_long) })
-        .map(|_| ())
+    check(unsafe { libc::syscall(libc::SYS_ftruncate, fd, len as libc::off_t) }).map(|_| ())
 }
 
 pub fn fchmod(fd: RawFd, mode: u32) {
     // SAFETY: fchmod on a descriptor this layer owns; failure leaves the umask's mode.
-    unsafe { libc::syscall(libc::SYS_fchmod, fd as libc::c_long, mode as libc::c_long) };
+    unsafe { libc::syscall(libc::SYS_fchmod, fd, mode) };
 }
 
 pub fn lseek(fd: RawFd, off: u64, whence: i32) -> io::Result<u64> {
     // SAFETY: lseek on a descriptor this layer owns.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_lseek,
-            fd as libc::c_long,
-            off as libc::c_long,
-            whence as libc::c_long,
-        )
-    })
-    .map(|p| p as u64)
+    check(unsafe { libc::syscall(libc::SYS_lseek, fd, off as libc::off_t, whence) })
+        .map(|p| p as u64)
 }
 
 pub fn getpid() -> u32 {
@@ -99,11 +84,11 @@ pub fn map_shared(fd: RawFd, len: usize) -> io::Result<*mut u8> {
         libc::syscall(
             libc::SYS_mmap,
             std::ptr::null_mut::<libc::c_void>(),
-            len as libc::c_long,
-            (libc::PROT_READ | libc::PROT_WRITE) as libc::c_long,
-            libc::MAP_SHARED as libc::c_long,
-            fd as libc::c_long,
-            0 as libc::c_long,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
         )
     };
     if p < 0 && p > -4096 {
@@ -114,7 +99,7 @@ pub fn map_shared(fd: RawFd, len: usize) -> io::Result<*mut u8> {
 
 pub fn unmap(ptr: *mut u8, len: usize) {
     // SAFETY: unmaps exactly a mapping made by map_shared.
-    unsafe { libc::syscall(libc::SYS_munmap, ptr, len as libc::c_long) };
+    unsafe { libc::syscall(libc::SYS_munmap, ptr, len) };
 }
 
 /// Open file description locks (F_OFD_*): owned by the description, inherited with it across
@@ -129,14 +114,7 @@ fn ofd(fd: RawFd, cmd: i32, ty: i32, start: u64, len: u64) -> io::Result<libc::f
         l_pid: 0,
     };
     // SAFETY: fcntl with a flock struct we own.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_fcntl,
-            fd as libc::c_long,
-            cmd as libc::c_long,
-            &mut fl as *mut libc::flock,
-        )
-    })?;
+    check(unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, &mut fl as *mut libc::flock) })?;
     Ok(fl)
 }
 
@@ -186,8 +164,8 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ms: u64) {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAIT as libc::c_long,
-            expected as libc::c_long,
+            libc::FUTEX_WAIT,
+            expected,
             &ts as *const libc::timespec,
         )
     };
@@ -195,12 +173,5 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ms: u64) {
 
 pub fn futex_wake_all(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on an aligned u32.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE as libc::c_long,
-            i32::MAX as libc::c_long,
-        )
-    };
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }
