@@ -137,9 +137,7 @@ pub fn set(fd: i32, e: Option<Arc<Entry>>) -> Option<Arc<Entry>> {
     if fd < 0 || fd as usize >= MAX_FDS {
         return None;
     }
-    let Some(c) = chunk(fd as usize, e.is_some()) else {
-        return None;
-    };
+    let c = chunk(fd as usize, e.is_some())?;
     let now = e.is_some();
     let old = c[fd as usize % CHUNK].swap(e);
     match (old.is_some(), now) {

@@ -79,7 +79,7 @@ unsafe fn map_nv(
     flags: c_int,
     off: i64,
 ) -> R<*mut c_void> {
-    if len == 0 || off < 0 || off as usize % PAGE != 0 {
+    if len == 0 || off < 0 || !(off as usize).is_multiple_of(PAGE) {
         return Err(libc::EINVAL);
     }
     if e.kind != Kind::File {
@@ -339,7 +339,7 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
         {
             let g = MAPS.lock();
             for m in g.iter() {
-                if !(m.start < b && a < m.start + m.len) || !m.shared {
+                if !(m.start < b && a < m.start + m.len && m.shared) {
                     continue;
                 }
                 let Some(d) = &m.dmap else { continue };
