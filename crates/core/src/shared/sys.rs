@@ -88,7 +88,9 @@ pub fn map_shared(fd: RawFd, len: usize) -> io::Result<*mut u8> {
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
             fd,
-            0,
+            // A full 64-bit zero: a bare `0` is an i32 in this variadic call, and the
+            // kernel reads the whole register (garbage upper half in optimised builds).
+            0 as libc::off_t,
         )
     };
     if p < 0 && p > -4096 {
