@@ -553,12 +553,24 @@ pub fn fini() {
 
 // ---- small helpers -------------------------------------------------------------------------
 
+/// End of the user half of the address space (x86_64, 4-level page tables; also correct
+/// for a bad pointer under 5-level tables, which only lets more through to the kernel).
+const USER_SPACE_END: usize = 0x0000_8000_0000_0000;
+
+/// Whether `p` can be a path pointer at all (not NULL, not outside user space): calls with
+/// two paths hand a bad one to the C library, whose system call says EFAULT.
+pub fn valid_ptr(p: *const c_char) -> bool {
+    (p as usize) >= 4096 && (p as usize) < USER_SPACE_END
+}
+
 /// The bytes of a C string (empty for NULL).
 ///
 /// # Safety
 /// `p` is NULL or NUL-terminated.
 pub unsafe fn cbytes<'a>(p: *const c_char) -> &'a [u8] {
-    if p.is_null() {
+    // NULL, the first page and addresses outside user space (EFAULT tests pass usize::MAX):
+    // read as empty, so the call goes on to the C library, whose system call says EFAULT.
+    if (p as usize) < 4096 || (p as usize) >= USER_SPACE_END {
         &[]
     } else {
         CStr::from_ptr(p).to_bytes()
