@@ -549,6 +549,17 @@ pub fn fini() {
     crate::cwd::release();
     DETACHED.store(true, Ordering::Release);
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| st.mount.detach()));
+    // The last process out removed the coordination file: its lock files go too (a
+    // process attaching at this very moment would recreate any it needs).
+    if let Some(cfg) = config() {
+        let coord = std::path::Path::new(std::ffi::OsStr::from_bytes(&cfg.coord_path));
+        if !coord.exists() {
+            let mut locks = cfg.coord_path.clone();
+            locks.extend_from_slice(b".locks");
+            let _ =
+                std::fs::remove_dir_all(std::path::Path::new(std::ffi::OsStr::from_bytes(&locks)));
+        }
+    }
 }
 
 // ---- small helpers -------------------------------------------------------------------------

@@ -443,3 +443,64 @@ fn postmark() {
     assert_eq!(out, "1\n0\n");
     img.fsck();
 }
+
+/// pjdfstest cases that cannot pass through a preload library, by name fragment: sockets
+/// (bind(2) creates them in the kernel's namespace), ETXTBSY (executing nvmfs files is not
+/// possible), rmdir EBUSY (needs a mount on an nvmfs directory).
+const PJDFSTEST_UNSUPPORTED: &[&str] = &["::socket", "::etxtbsy", "rmdir::ebusy"];
+
+#[test]
+fn pjdfstest_conformance() {
+    if !have("pjdfstest") {
+        return skip("pjdfstest not installed (cargo install pjdfstest --locked)");
+    }
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip("pjdfstest switches users: run as root");
+    }
+    let img = image("pjdfstest", "256M");
+    let conf = img.dir.path().join("pjdfstest.toml");
+    std::fs::write(
+        &conf,
+        "[features]\nposix_fallocate = {}\nrename_ctime = {}\nutime_now = {}\nutimensat = {}\n\n\
+         [settings]\nnaptime = 0.01\nallow_remount = false\n\n\
+         [dummy_auth]\nentries = [[\"nobody\", \"nogroup\"], [\"daemon\", \"daemon\"]]\n",
+    )
+    .expect("config");
+    let second = tempfile::tempdir().expect("second dir");
+    img.sh("mkdir -m 777 $P/t");
+    let t = format!("{}/t", img.prefix);
+    let out = img.run(&[
+        "pjdfstest",
+        "-c",
+        conf.to_str().expect("utf-8"),
+        "-p",
+        &t,
+        "-s",
+        second.path().to_str().expect("utf-8"),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_end().ends_with("FAILED"))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let unexpected: Vec<&&str> = failed
+        .iter()
+        .filter(|n| !PJDFSTEST_UNSUPPORTED.iter().any(|u| n.contains(u)))
+        .collect();
+    let summary = text
+        .lines()
+        .find(|l| l.starts_with("Summary"))
+        .unwrap_or("no summary");
+    eprintln!("pjdfstest through the preload: {summary}");
+    assert!(
+        text.contains("Summary"),
+        "pjdfstest did not finish:\n{text}"
+    );
+    assert!(
+        unexpected.is_empty(),
+        "pjdfstest failures: {unexpected:?}\n{summary}"
+    );
+    img.fsck();
+}
