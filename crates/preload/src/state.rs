@@ -120,12 +120,9 @@ fn parse_config() -> Option<Config> {
     let quiet = std::env::var_os("NVMFS_QUIET").is_some_and(|v| v == "1");
     // SAFETY: plain getter.
     let uid = unsafe { libc::geteuid() };
-    let shm = std::env::var_os("NVMFS_COORD_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
-    let marker_root = std::env::var_os("NVMFS_CWD_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| shm.join(format!("nvmfs-cwd-{uid}")));
+    // Where the core keeps the coordination file (always /dev/shm).
+    let shm = PathBuf::from("/dev/shm");
+    let marker_root = shm.join(format!("nvmfs-cwd-{uid}"));
     let (coord_path, dev) = match std::fs::metadata(&image) {
         Ok(m) => {
             use std::os::unix::fs::MetadataExt;

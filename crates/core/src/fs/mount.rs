@@ -430,7 +430,7 @@ pub(crate) fn lock_image(f: &std::fs::File, path: &Path, exclusive: bool) -> io:
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!(
-                    "{}: image is in use by another process (mounted or being formatted)",
+                    "{}: image is in use by another process (mounted, being formatted, or used by `nvmfs run` programs)",
                     path.display()
                 ),
             ));

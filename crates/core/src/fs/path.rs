@@ -108,6 +108,62 @@ impl Fs {
         Ok((parent, name))
     }
 
+    /// Resolves `path` and runs `f` on the inode it names while the directory entry that
+    /// named it is held in place (its directory's index, read-locked): an unlink can clear the
+    /// entry meanwhile but cannot free the inode, so its number cannot be reused by another
+    /// file between the lookup and `f` (which may take stripe locks, never directory locks).
+    /// The root, ".", ".." and paths ending in them go through `resolve` (directories are
+    /// freed only once empty and removed, and those names are never the last link).
+    fn with_resolved<R>(
+        &self,
+        path: &Path,
+        follow: bool,
+        f: impl FnOnce(u64, FileType) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let mut target = path.to_path_buf();
+        for _ in 0..=SYMLINK_FOLLOW_MAX {
+            let bytes = target.as_os_str().as_bytes();
+            let trimmed = bytes.strip_suffix(b"/").unwrap_or(bytes);
+            let last = trimmed.rsplit(|&b| b == b'/').next().unwrap_or(b"");
+            if matches!(last, b"" | b"." | b"..") {
+                let (ino, ft) = self.resolve(&target, follow)?;
+                return f(ino, ft);
+            }
+            let (parent, name) = self.resolve_parent(&target)?;
+            let inner = &self.inner;
+            let p = to_ino(parent)?;
+            let ds = inner.dir(p)?;
+            let g = inner.index_read(p, &ds)?;
+            let idx = g.as_ref().expect("index loaded");
+            let found = idx
+                .find(&inner.pm, &inner.geo, name, inner.name_hash(name))
+                .ok_or_else(|| errno(libc::ENOENT))?;
+            let (ino, ft) = (found.header.ino as u64, found.header.ftype);
+            if ft != FileType::Symlink || !follow {
+                return f(ino, ft);
+            }
+            let link = self.readlink(ino)?;
+            drop(g);
+            let link = Path::new(std::ffi::OsStr::from_bytes(&link));
+            target = if link.is_absolute() {
+                link.to_path_buf()
+            } else {
+                let dir = &trimmed[..trimmed.len() - last.len()];
+                Path::new(std::ffi::OsStr::from_bytes(dir)).join(link)
+            };
+        }
+        Err(errno(libc::ELOOP))
+    }
+
+    /// Resolves `path` and takes an open reference on the result (release it with
+    /// `release_ino`): the inode stays the one the path named for as long as it is held.
+    fn resolve_held(&self, path: &Path, follow: bool) -> io::Result<(u64, FileType)> {
+        self.with_resolved(path, follow, |ino, ft| {
+            self.inner.open.acquire(to_ino(ino)?);
+            Ok((ino, ft))
+        })
+    }
+
     pub fn create_dir(&self, path: impl AsRef<Path>) -> io::Result<()> {
         let (parent, name) = self.resolve_parent(path.as_ref())?;
         let (uid, gid) = ids();
@@ -160,9 +216,14 @@ impl Fs {
     }
 
     pub fn hard_link(&self, original: impl AsRef<Path>, link: impl AsRef<Path>) -> io::Result<()> {
-        let (ino, _) = self.resolve(original, false)?;
-        let (dp, dn) = self.resolve_parent(link.as_ref())?;
-        self.link(ino, dp, dn).map(|_| ())
+        // Held across the link: a concurrent unlink cannot free the inode and hand its
+        // number to another file (link then fails with ENOENT on the unlinked one).
+        let (ino, _) = self.resolve_held(original.as_ref(), false)?;
+        let r = self
+            .resolve_parent(link.as_ref())
+            .and_then(|(dp, dn)| self.link(ino, dp, dn));
+        self.release_ino(ino)?;
+        r.map(|_| ())
     }
 
     /// Creates a symlink at `link` pointing to `original` (std::os::unix::fs::symlink order).
@@ -178,33 +239,30 @@ impl Fs {
     }
 
     pub fn read_link(&self, path: impl AsRef<Path>) -> io::Result<std::path::PathBuf> {
-        let (ino, _) = self.resolve(path, false)?;
+        let target = self.with_resolved(path.as_ref(), false, |ino, _| self.readlink(ino))?;
         Ok(std::path::PathBuf::from(
-            std::ffi::OsString::from_vec_compat(self.readlink(ino)?),
+            std::ffi::OsString::from_vec_compat(target),
         ))
     }
 
     /// Attributes, following a final symlink.
     pub fn metadata(&self, path: impl AsRef<Path>) -> io::Result<Metadata> {
-        self.getattr(self.resolve(path, true)?.0)
+        self.with_resolved(path.as_ref(), true, |ino, _| self.getattr(ino))
     }
 
     /// Attributes of the path itself (a symlink is not followed).
     pub fn symlink_metadata(&self, path: impl AsRef<Path>) -> io::Result<Metadata> {
-        self.getattr(self.resolve(path, false)?.0)
+        self.with_resolved(path.as_ref(), false, |ino, _| self.getattr(ino))
     }
 
     /// Sets permission bits (chmod).
     pub fn set_permissions(&self, path: impl AsRef<Path>, perm: u32) -> io::Result<()> {
-        let (ino, _) = self.resolve(path, true)?;
-        self.setattr(
-            ino,
-            &SetAttr {
-                mode: Some(perm),
-                ..Default::default()
-            },
-        )
-        .map(|_| ())
+        let attr = SetAttr {
+            mode: Some(perm),
+            ..Default::default()
+        };
+        self.with_resolved(path.as_ref(), true, |ino, _| self.setattr(ino, &attr))
+            .map(|_| ())
     }
 
     /// Sets access and modification times (utimensat); `None` leaves one alone.
@@ -214,16 +272,13 @@ impl Fs {
         atime: Option<SetTime>,
         mtime: Option<SetTime>,
     ) -> io::Result<()> {
-        let (ino, _) = self.resolve(path, true)?;
-        self.setattr(
-            ino,
-            &SetAttr {
-                atime,
-                mtime,
-                ..Default::default()
-            },
-        )
-        .map(|_| ())
+        let attr = SetAttr {
+            atime,
+            mtime,
+            ..Default::default()
+        };
+        self.with_resolved(path.as_ref(), true, |ino, _| self.setattr(ino, &attr))
+            .map(|_| ())
     }
 
     /// Sets owner and group (chown); `None` leaves one alone.
@@ -233,16 +288,13 @@ impl Fs {
         uid: Option<u32>,
         gid: Option<u32>,
     ) -> io::Result<()> {
-        let (ino, _) = self.resolve(path, true)?;
-        self.setattr(
-            ino,
-            &SetAttr {
-                uid,
-                gid,
-                ..Default::default()
-            },
-        )
-        .map(|_| ())
+        let attr = SetAttr {
+            uid,
+            gid,
+            ..Default::default()
+        };
+        self.with_resolved(path.as_ref(), true, |ino, _| self.setattr(ino, &attr))
+            .map(|_| ())
     }
 
     /// The entries of a directory, without "." and "..".
@@ -314,8 +366,7 @@ impl Fs {
                     }
                     if ft == FileType::Symlink {
                         self.release_ino(ino)?;
-                        let (ino, ft) = self.resolve(path, true)?;
-                        self.open_ino(ino)?;
+                        let (ino, ft) = self.resolve_held(path, true)?;
                         return self.open_resolved(ino, ft, o);
                     }
                     return self.open_resolved(ino, ft, o);

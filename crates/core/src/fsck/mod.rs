@@ -138,7 +138,7 @@ pub fn repair_image(path: &Path) -> io::Result<RepairReport> {
             io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!(
-                    "{}: image is in use by another process (mounted or being formatted); \
+                    "{}: image is in use by another process (mounted, being formatted, or used by `nvmfs run` programs); \
                      unmount it before repairing",
                     path.display()
                 ),

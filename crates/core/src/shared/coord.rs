@@ -133,13 +133,19 @@ impl CoordMap {
     }
 }
 
-/// Where the coordination file of the image `image` (open as `image_fd`) lives: named after
-/// the image file's device and inode, so every path to one image finds the same file.
+/// Where the coordination file of the image open as `image_fd` lives: in /dev/shm, named
+/// after the image file's device and inode, so every path to one image finds the same file.
+/// Deliberately not configurable: two processes that disagreed on it would be two writers
+/// with no coordination at all.
 pub fn coord_path(image_fd: RawFd) -> io::Result<PathBuf> {
     let st = sys::fstat(image_fd)?;
-    let dir = std::env::var_os("NVMFS_COORD_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
+    let dir = Path::new("/dev/shm");
+    if !dir.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "/dev/shm is missing: shared mounts keep their coordination file there",
+        ));
+    }
     Ok(dir.join(format!("nvmfs-{:x}-{:x}.coord", st.st_dev, st.st_ino)))
 }
 

@@ -115,6 +115,8 @@ pub struct SharedMount {
     image_fd: RawFd,
     path: PathBuf,
     detached: AtomicBool,
+    /// Times this process recovered the image after another died mid-operation.
+    recoveries: AtomicU64,
 }
 
 thread_local! {
@@ -217,6 +219,7 @@ impl SharedMount {
                 return Err(e);
             }
         };
+        let recovered_now = matches!(entry, gate::Entry::TookFromDead) as u64;
         let recovered = match entry {
             gate::Entry::TookFromDead if !opened.alone => {
                 fs.inner.recover_from_peer_crash().map(|_| ())
@@ -240,6 +243,7 @@ impl SharedMount {
             image_fd,
             path: image.to_path_buf(),
             detached: AtomicBool::new(false),
+            recoveries: AtomicU64::new(recovered_now),
         })
     }
 
@@ -288,6 +292,7 @@ impl SharedMount {
                 gate::refreshed(map.gate(), map.wake());
             }
             gate::Entry::TookFromDead => {
+                self.recoveries.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = self.fs.inner.recover_from_peer_crash() {
                     // The operation that follows meets the same damage and reports it.
                     eprintln!(
@@ -478,6 +483,10 @@ impl SharedMount {
         let fd = self.link.fd();
         let me = self.me.load(Ordering::Acquire);
         sys::unlock(fd, PROC_LOCK + ((me & 0xfff) - 1) as u64);
+        // Let go of DMS first, then try to take it alone: of several processes detaching at
+        // once, the last to let go finds no other holder (an upgrade in place would fail for
+        // every one of them, each still holding its own share).
+        sys::unlock(fd, coord::DMS_LOCK);
         if sys::try_lock(fd, libc::F_WRLCK, coord::DMS_LOCK).unwrap_or(false) {
             if !sys::locked_by_other(fd, DESC_LOCK, 0) {
                 if !self.fs.inner.read_only {
@@ -499,6 +508,12 @@ impl SharedMount {
 
     pub fn image_path(&self) -> &Path {
         &self.path
+    }
+
+    /// How many times this process recovered the image after another process died in the
+    /// middle of an operation.
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries.load(Ordering::Relaxed)
     }
 
     pub fn is_read_only(&self) -> bool {

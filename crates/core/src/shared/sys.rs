@@ -24,13 +24,13 @@ pub fn open(path: &CStr, flags: i32, mode: u32) -> io::Result<RawFd> {
 
 pub fn close(fd: RawFd) {
     // SAFETY: closes a descriptor this layer owns.
-    unsafe { libc::syscall(libc::SYS_close, fd) };
+    unsafe { libc::syscall(libc::SYS_close, fd as libc::c_long) };
 }
 
 pub fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: fstat fills the buffer it is given.
-    check(unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) })?;
+    check(unsafe { libc::syscall(libc::SYS_fstat, fd as libc::c_long, st.as_mut_ptr()) })?;
     // SAFETY: initialised by the successful call.
     Ok(unsafe { st.assume_init() })
 }
@@ -41,10 +41,10 @@ pub fn stat(path: &CStr) -> io::Result<libc::stat> {
     check(unsafe {
         libc::syscall(
             libc::SYS_newfstatat,
-            libc::AT_FDCWD,
+            libc::AT_FDCWD as libc::c_long,
             path.as_ptr(),
             st.as_mut_ptr(),
-            0,
+            0 as libc::c_long,
         )
     })?;
     // SAFETY: initialised by the successful call.
@@ -53,23 +53,38 @@ pub fn stat(path: &CStr) -> io::Result<libc::stat> {
 
 pub fn unlink(path: &CStr) {
     // SAFETY: unlinkat with a NUL-terminated path.
-    unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, path.as_ptr(), 0) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_unlinkat,
+            libc::AT_FDCWD as libc::c_long,
+            path.as_ptr(),
+            0 as libc::c_long,
+        )
+    };
 }
 
 pub fn ftruncate(fd: RawFd, len: u64) -> io::Result<()> {
     // SAFETY: ftruncate on a descriptor this layer owns.
-    check(unsafe { libc::syscall(libc::SYS_ftruncate, fd, len as libc::off_t) }).map(|_| ())
+    check(unsafe { libc::syscall(libc::SYS_ftruncate, fd as libc::c_long, len as libc::c_long) })
+        .map(|_| ())
 }
 
 pub fn fchmod(fd: RawFd, mode: u32) {
     // SAFETY: fchmod on a descriptor this layer owns; failure leaves the umask's mode.
-    unsafe { libc::syscall(libc::SYS_fchmod, fd, mode) };
+    unsafe { libc::syscall(libc::SYS_fchmod, fd as libc::c_long, mode as libc::c_long) };
 }
 
 pub fn lseek(fd: RawFd, off: u64, whence: i32) -> io::Result<u64> {
     // SAFETY: lseek on a descriptor this layer owns.
-    check(unsafe { libc::syscall(libc::SYS_lseek, fd, off as libc::off_t, whence) })
-        .map(|p| p as u64)
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_lseek,
+            fd as libc::c_long,
+            off as libc::c_long,
+            whence as libc::c_long,
+        )
+    })
+    .map(|p| p as u64)
 }
 
 pub fn getpid() -> u32 {
@@ -84,13 +99,11 @@ pub fn map_shared(fd: RawFd, len: usize) -> io::Result<*mut u8> {
         libc::syscall(
             libc::SYS_mmap,
             std::ptr::null_mut::<libc::c_void>(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            // A full 64-bit zero: a bare `0` is an i32 in this variadic call, and the
-            // kernel reads the whole register (garbage upper half in optimised builds).
-            0 as libc::off_t,
+            len as libc::c_long,
+            (libc::PROT_READ | libc::PROT_WRITE) as libc::c_long,
+            libc::MAP_SHARED as libc::c_long,
+            fd as libc::c_long,
+            0 as libc::c_long,
         )
     };
     if p < 0 && p > -4096 {
@@ -101,7 +114,7 @@ pub fn map_shared(fd: RawFd, len: usize) -> io::Result<*mut u8> {
 
 pub fn unmap(ptr: *mut u8, len: usize) {
     // SAFETY: unmaps exactly a mapping made by map_shared.
-    unsafe { libc::syscall(libc::SYS_munmap, ptr, len) };
+    unsafe { libc::syscall(libc::SYS_munmap, ptr, len as libc::c_long) };
 }
 
 /// Open file description locks (F_OFD_*): owned by the description, inherited with it across
@@ -116,7 +129,14 @@ fn ofd(fd: RawFd, cmd: i32, ty: i32, start: u64, len: u64) -> io::Result<libc::f
         l_pid: 0,
     };
     // SAFETY: fcntl with a flock struct we own.
-    check(unsafe { libc::syscall(libc::SYS_fcntl, fd, cmd, &mut fl as *mut libc::flock) })?;
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fcntl,
+            fd as libc::c_long,
+            cmd as libc::c_long,
+            &mut fl as *mut libc::flock,
+        )
+    })?;
     Ok(fl)
 }
 
@@ -166,8 +186,8 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ms: u64) {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
+            libc::FUTEX_WAIT as libc::c_long,
+            expected as libc::c_long,
             &ts as *const libc::timespec,
         )
     };
@@ -175,5 +195,12 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout_ms: u64) {
 
 pub fn futex_wake_all(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on an aligned u32.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE as libc::c_long,
+            i32::MAX as libc::c_long,
+        )
+    };
 }
