@@ -398,6 +398,7 @@ fn fio_verify() {
             "--verify=crc32c",
             "--do_verify=1",
             "--verify_fatal=1",
+            "--verify_state_save=0",
             "--group_reporting",
         ];
         args.extend_from_slice(extra);
