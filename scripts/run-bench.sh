@@ -88,10 +88,13 @@ cleanup() {
   rm -rf "$tmpfs_dir" "$work"
   rm -f "$ext4_img"
   if [ -e "$img" ]; then
-    # A program killed under nvmfs run leaves the coordination file of the image.
+    # A program killed under nvmfs run leaves the coordination file of the image (and the
+    # directory of its lock files).
     local dev ino
     read -r dev ino < <(stat -c '%d %i' "$img")
-    rm -f "$(printf '/dev/shm/nvmfs-%x-%x.coord' "$dev" "$ino")" "$img"
+    local coord
+    coord=$(printf '/dev/shm/nvmfs-%x-%x.coord' "$dev" "$ino")
+    rm -rf "$coord" "$coord.locks" "$img"
   fi
   exit "$rc"
 }

@@ -155,7 +155,7 @@ cleanup() {
   if [ -e "$img" ]; then
     local coord
     coord=$(coord_file)
-    rm -f "$img" "$coord"
+    rm -rf "$img" "$coord" "$coord.locks"
   fi
   if [ "${KEEP_LOGS:-0}" = 1 ]; then
     echo "logs kept in $logs"

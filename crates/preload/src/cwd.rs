@@ -79,7 +79,11 @@ pub fn restore(cfg: &'static Config, vpath: &[u8]) {
         path: vpath.to_vec(),
     };
     let r = nv(|fs| match Walker::new(fs, cfg).resolve(&w, true)? {
-        Found::Nv { ino, ft, vpath } if ft == nvmfs::FileType::Dir => {
+        Found::Nv {
+            ino,
+            ft: nvmfs::FileType::Dir,
+            vpath,
+        } => {
             let g = fs.getattr(ino).en()?.generation;
             Ok(Some(Cwd {
                 ino,

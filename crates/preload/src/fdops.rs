@@ -30,7 +30,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if guard::active() {
         return real::close(fd);
     }
-    if fdtable::is_internal(fd) {
+    if fdtable::still_internal(fd) {
         // The preload's own descriptor (image, coordination or lock file): the program
         // never opened it; pretend it was closed.
         return 0;
@@ -112,7 +112,7 @@ unsafe fn dup_onto(fd: c_int, to: c_int, call: impl FnOnce() -> c_int) -> c_int 
     if guard::active() {
         return call();
     }
-    if fdtable::is_internal(to) && fd != to {
+    if fd != to && fdtable::still_internal(to) {
         warn_once(
             "dup2-internal",
             &format!(

@@ -137,9 +137,7 @@ pub fn set(fd: i32, e: Option<Arc<Entry>>) -> Option<Arc<Entry>> {
     if fd < 0 || fd as usize >= MAX_FDS {
         return None;
     }
-    let Some(c) = chunk(fd as usize, e.is_some()) else {
-        return None;
-    };
+    let c = chunk(fd as usize, e.is_some())?;
     let now = e.is_some();
     let old = c[fd as usize % CHUNK].swap(e);
     match (old.is_some(), now) {
@@ -178,8 +176,28 @@ static INTERNAL: [AtomicU64; INTERNAL_BITS / 64] =
     [const { AtomicU64::new(0) }; INTERNAL_BITS / 64];
 static INTERNAL_ANY: AtomicUsize = AtomicUsize::new(0);
 
+/// (dev, ino) of the file behind each internal descriptor when it was marked: a mark whose
+/// descriptor was closed behind our back (the core closes some of its descriptors with raw
+/// system calls) and reused for something else is recognised and dropped.
+static IDENTITY: Mutex<Vec<(i32, u64, u64)>> = Mutex::new(Vec::new());
+
+fn identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: fstat into a local buffer, straight to the kernel.
+    unsafe {
+        let mut st: libc::stat64 = std::mem::zeroed();
+        (libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat64) == 0)
+            .then_some((st.st_dev, st.st_ino))
+    }
+}
+
 pub fn mark_internal(fd: i32) {
     if fd >= 0 && (fd as usize) < INTERNAL_BITS {
+        let id = identity(fd).unwrap_or((0, 0));
+        {
+            let mut g = IDENTITY.lock();
+            g.retain(|e| e.0 != fd);
+            g.push((fd, id.0, id.1));
+        }
         let prev = INTERNAL[fd as usize / 64].fetch_or(1 << (fd % 64), Ordering::AcqRel);
         if prev & (1 << (fd % 64)) == 0 {
             INTERNAL_ANY.fetch_add(1, Ordering::AcqRel);
@@ -187,8 +205,27 @@ pub fn mark_internal(fd: i32) {
     }
 }
 
+/// True if `fd` is marked internal and still is the file it was marked for (one fstat);
+/// a stale mark is removed.
+pub fn still_internal(fd: i32) -> bool {
+    if !is_internal(fd) {
+        return false;
+    }
+    let want = IDENTITY
+        .lock()
+        .iter()
+        .find(|e| e.0 == fd)
+        .map(|e| (e.1, e.2));
+    if want.is_some() && identity(fd) == want {
+        return true;
+    }
+    unmark_internal(fd);
+    false
+}
+
 pub fn unmark_internal(fd: i32) {
     if fd >= 0 && (fd as usize) < INTERNAL_BITS {
+        IDENTITY.lock().retain(|e| e.0 != fd);
         let prev = INTERNAL[fd as usize / 64].fetch_and(!(1 << (fd % 64)), Ordering::AcqRel);
         if prev & (1 << (fd % 64)) != 0 {
             INTERNAL_ANY.fetch_sub(1, Ordering::AcqRel);
@@ -211,7 +248,16 @@ pub fn internal_in(lo: u32, hi: u32) -> Vec<i32> {
     }
     let hi = (hi as usize).min(INTERNAL_BITS - 1);
     (lo as usize..=hi)
-        .filter(|&fd| is_internal(fd as i32))
+        .filter(|&fd| still_internal(fd as i32))
         .map(|fd| fd as i32)
         .collect()
+}
+
+pub fn fork_lock() {
+    std::mem::forget(IDENTITY.lock());
+}
+
+pub fn fork_unlock() {
+    // SAFETY: locked by fork_lock.
+    unsafe { IDENTITY.force_unlock() };
 }

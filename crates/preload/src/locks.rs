@@ -219,6 +219,7 @@ pub fn fork_lock_all() {
     std::mem::forget(POSIX.lock());
     crate::stdio::fork_lock();
     crate::mmap::fork_lock();
+    fdtable::fork_lock();
 }
 
 pub fn fork_unlock_all() {
@@ -226,4 +227,5 @@ pub fn fork_unlock_all() {
     unsafe { POSIX.force_unlock() };
     crate::stdio::fork_unlock();
     crate::mmap::fork_unlock();
+    fdtable::fork_unlock();
 }

@@ -685,32 +685,55 @@ pub unsafe extern "C" fn aio_fsync(op: c_int, cb: *mut c_void) -> c_int {
 /// Collects the argument list of an execl-style call: `regs` holds the five argument
 /// registers after `path` (rsi, rdx, rcx, r8, r9), `stack` the caller's stack arguments.
 /// Returns argv (NULL-terminated) and, for execle, the envp after it.
-unsafe fn collect_args(regs: *const *const c_char, stack: *const *const c_char) -> (Vec<*const c_char>, *const *const c_char) {
+unsafe fn collect_args(
+    regs: *const *const c_char,
+    stack: *const *const c_char,
+) -> (Vec<*const c_char>, *const *const c_char) {
     let mut v = Vec::new();
     let mut i = 0usize;
     loop {
-        let p = if i < 5 { *regs.add(i) } else { *stack.add(i - 5) };
+        let p = if i < 5 {
+            *regs.add(i)
+        } else {
+            *stack.add(i - 5)
+        };
         i += 1;
         if p.is_null() {
             v.push(p);
-            let next = if i < 5 { *regs.add(i) } else { *stack.add(i - 5) };
+            let next = if i < 5 {
+                *regs.add(i)
+            } else {
+                *stack.add(i - 5)
+            };
             return (v, next as *const *const c_char);
         }
         v.push(p);
     }
 }
 
-unsafe extern "C" fn nvmfs_preload_execl(path: *const c_char, regs: *const *const c_char, stack: *const *const c_char) -> c_int {
+unsafe extern "C" fn nvmfs_preload_execl(
+    path: *const c_char,
+    regs: *const *const c_char,
+    stack: *const *const c_char,
+) -> c_int {
     let (argv, _) = collect_args(regs, stack);
     execve(path, argv.as_ptr(), environ)
 }
 
-unsafe extern "C" fn nvmfs_preload_execlp(file: *const c_char, regs: *const *const c_char, stack: *const *const c_char) -> c_int {
+unsafe extern "C" fn nvmfs_preload_execlp(
+    file: *const c_char,
+    regs: *const *const c_char,
+    stack: *const *const c_char,
+) -> c_int {
     let (argv, _) = collect_args(regs, stack);
     execvpe(file, argv.as_ptr(), environ)
 }
 
-unsafe extern "C" fn nvmfs_preload_execle(path: *const c_char, regs: *const *const c_char, stack: *const *const c_char) -> c_int {
+unsafe extern "C" fn nvmfs_preload_execle(
+    path: *const c_char,
+    regs: *const *const c_char,
+    stack: *const *const c_char,
+) -> c_int {
     let (argv, envp) = collect_args(regs, stack);
     execve(path, argv.as_ptr(), envp)
 }

@@ -40,7 +40,18 @@ struct Mapping {
     flags: c_int,
     entry: Arc<Entry>,
     dmap: Option<DirectMap>,
-    _guard: Option<MapGuard>,
+    guard: Option<(MapGuard, Vec<i32>)>,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Some((g, fds)) = self.guard.take() {
+            drop(g);
+            for fd in fds {
+                fdtable::unmark_internal(fd);
+            }
+        }
+    }
 }
 
 static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
@@ -68,7 +79,7 @@ unsafe fn map_nv(
     flags: c_int,
     off: i64,
 ) -> R<*mut c_void> {
-    if len == 0 || off < 0 || off as usize % PAGE != 0 {
+    if len == 0 || off < 0 || !(off as usize).is_multiple_of(PAGE) {
         return Err(libc::EINVAL);
     }
     if e.kind != Kind::File {
@@ -97,12 +108,21 @@ unsafe fn map_nv(
                 let _g = Guard::new();
                 let before = fd_set();
                 let gd = st.mount.map_guard(e.ino).en()?;
+                let mut mine = Vec::new();
+                let coord = state::config()
+                    .map(|c| c.coord_path.clone())
+                    .unwrap_or_default();
                 for fd in fd_set() {
-                    if before.binary_search(&fd).is_err() {
+                    // Only the guard's own descriptor (of the coordination file): another
+                    // thread may have opened something meanwhile.
+                    let is_coord = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                        .is_ok_and(|l| l.as_os_str().as_encoded_bytes() == coord.as_slice());
+                    if before.binary_search(&fd).is_err() && is_coord {
                         fdtable::mark_internal(fd);
+                        mine.push(fd);
                     }
                 }
-                (Some(m), Some(gd))
+                (Some(m), Some((gd, mine)))
             }
             Err(err)
                 if err.raw_os_error() == Some(libc::EINVAL)
@@ -210,7 +230,7 @@ unsafe fn map_nv(
         flags,
         entry: e.clone(),
         dmap,
-        _guard: guard,
+        guard,
     });
     NMAPS.store(g.len(), Ordering::Release);
     Ok(base)
@@ -319,7 +339,7 @@ pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> 
         {
             let g = MAPS.lock();
             for m in g.iter() {
-                if !(m.start < b && a < m.start + m.len) || !m.shared {
+                if !(m.start < b && a < m.start + m.len && m.shared) {
                     continue;
                 }
                 let Some(d) = &m.dmap else { continue };

@@ -34,8 +34,12 @@ fn remove_nv(wk: &mut Walker<'_>, w: &crate::resolve::Walk, dir_wanted: bool) ->
     match wk.parent(w)? {
         Parent::Pass => Ok(Out::Pass),
         Parent::Real(c) => Ok(Out::Real(c)),
-        Parent::NvSelf { ino, dot, .. } => Err(if !dir_wanted {
+        Parent::NvSelf {
+            ino, dot, dotdot, ..
+        } => Err(if !dir_wanted {
             libc::EISDIR
+        } else if dotdot {
+            libc::ENOTEMPTY
         } else if dot {
             libc::EINVAL
         } else if ino == ROOT {
@@ -133,6 +137,11 @@ pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
         return r;
     }
     rmdir(path)
+}
+
+/// A path the kernel refuses whole (ENAMETOOLONG): calls with two paths pass it on.
+unsafe fn too_long(p: *const c_char) -> bool {
+    cbytes(p).len() >= libc::PATH_MAX as usize
 }
 
 // ---- rename ----------------------------------------------------------------------------
@@ -234,6 +243,12 @@ unsafe fn rename_common(
     let Some(cfg) = active_cfg() else {
         return pass();
     };
+    if !state::valid_ptr(old) || !state::valid_ptr(new) {
+        return ret_int(Err(libc::EFAULT));
+    }
+    if too_long(old) || too_long(new) {
+        return pass();
+    }
     let wa = classify(cfg, od, cbytes(old));
     let wb = classify(cfg, nd, cbytes(new));
     if wa.is_none() && wb.is_none() {
@@ -513,6 +528,9 @@ unsafe fn symlink_common(
     let Some(cfg) = active_cfg() else {
         return pass();
     };
+    if !state::valid_ptr(target) || !state::valid_ptr(path) {
+        return ret_int(Err(libc::EFAULT));
+    }
     let t = cbytes(target).to_vec();
     let r = route(cfg, dirfd, cbytes(path), |wk, w| {
         create_nv(
@@ -561,6 +579,12 @@ unsafe fn link_common(
     let Some(cfg) = active_cfg() else {
         return pass();
     };
+    if !state::valid_ptr(new) || (flags & libc::AT_EMPTY_PATH == 0 && !state::valid_ptr(old)) {
+        return ret_int(Err(libc::EFAULT));
+    }
+    if too_long(new) || (flags & libc::AT_EMPTY_PATH == 0 && too_long(old)) {
+        return pass();
+    }
     let empty = flags & libc::AT_EMPTY_PATH != 0 && cbytes(old).is_empty();
     let src_fd = if empty { fdtable::get(od) } else { None };
     let wa = if empty {

@@ -50,6 +50,10 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 /// Decides whether `path` (relative to `dirfd` when relative) may touch nvmfs. None: it
 /// cannot; pass the call on unchanged.
 pub fn classify(cfg: &Config, dirfd: i32, path: &[u8]) -> Option<Walk> {
+    if path.len() >= libc::PATH_MAX as usize {
+        // The kernel refuses it whole (ENAMETOOLONG) before looking at any component.
+        return None;
+    }
     if path.first() == Some(&b'/') {
         if fdtable::any() && (path.starts_with(b"/dev/") || path.starts_with(b"/proc/")) {
             if let Some(e) = fd_alias(path).and_then(fdtable::get) {
@@ -178,7 +182,10 @@ pub enum Parent {
     /// act on.
     NvSelf {
         ino: u64,
+        /// The last component was "." or "..".
         dot: bool,
+        /// It was "..".
+        dotdot: bool,
         vpath: Vec<u8>,
     },
     Real(CString),
@@ -399,6 +406,7 @@ impl<'a> Walker<'a> {
                 Found::Nv { ino, vpath, .. } => Ok(Parent::NvSelf {
                     ino,
                     dot: !name.is_empty(),
+                    dotdot: name == b"..",
                     vpath,
                 }),
                 Found::Real(p) => Ok(Parent::Real(p)),
@@ -409,6 +417,11 @@ impl<'a> Walker<'a> {
         let mut queue = comps(dir);
         while let Some(c) = queue.pop() {
             self.step(&mut loc, c, true, &mut queue)?;
+        }
+        if let Loc::Nv { ino, .. } = &loc {
+            if *ino != ROOT && !self.fs.getattr(*ino).en()?.is_dir() {
+                return Err(libc::ENOTDIR);
+            }
         }
         match loc {
             Loc::Nv { ino, stack } => Ok(Parent::Nv {
@@ -424,6 +437,7 @@ impl<'a> Walker<'a> {
                     return Ok(Parent::NvSelf {
                         ino: ROOT,
                         dot: false,
+                        dotdot: false,
                         vpath: self.cfg.prefix.clone(),
                     });
                 }

@@ -120,12 +120,9 @@ fn parse_config() -> Option<Config> {
     let quiet = std::env::var_os("NVMFS_QUIET").is_some_and(|v| v == "1");
     // SAFETY: plain getter.
     let uid = unsafe { libc::geteuid() };
-    let shm = std::env::var_os("NVMFS_COORD_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
-    let marker_root = std::env::var_os("NVMFS_CWD_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| shm.join(format!("nvmfs-cwd-{uid}")));
+    // Where the core keeps the coordination file (always /dev/shm).
+    let shm = PathBuf::from("/dev/shm");
+    let marker_root = shm.join(format!("nvmfs-cwd-{uid}"));
     let (coord_path, dev) = match std::fs::metadata(&image) {
         Ok(m) => {
             use std::os::unix::fs::MetadataExt;
@@ -549,16 +546,39 @@ pub fn fini() {
     crate::cwd::release();
     DETACHED.store(true, Ordering::Release);
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| st.mount.detach()));
+    // The last process out removed the coordination file: its lock files go too (a
+    // process attaching at this very moment would recreate any it needs).
+    if let Some(cfg) = config() {
+        let coord = std::path::Path::new(std::ffi::OsStr::from_bytes(&cfg.coord_path));
+        if !coord.exists() {
+            let mut locks = cfg.coord_path.clone();
+            locks.extend_from_slice(b".locks");
+            let _ =
+                std::fs::remove_dir_all(std::path::Path::new(std::ffi::OsStr::from_bytes(&locks)));
+        }
+    }
 }
 
 // ---- small helpers -------------------------------------------------------------------------
+
+/// End of the user half of the address space (x86_64, 4-level page tables; also correct
+/// for a bad pointer under 5-level tables, which only lets more through to the kernel).
+const USER_SPACE_END: usize = 0x0000_8000_0000_0000;
+
+/// Whether `p` can be a path pointer at all (not NULL, not outside user space): calls with
+/// two paths hand a bad one to the C library, whose system call says EFAULT.
+pub fn valid_ptr(p: *const c_char) -> bool {
+    (p as usize) >= 4096 && (p as usize) < USER_SPACE_END
+}
 
 /// The bytes of a C string (empty for NULL).
 ///
 /// # Safety
 /// `p` is NULL or NUL-terminated.
 pub unsafe fn cbytes<'a>(p: *const c_char) -> &'a [u8] {
-    if p.is_null() {
+    // NULL, the first page and addresses outside user space (EFAULT tests pass usize::MAX):
+    // read as empty, so the call goes on to the C library, whose system call says EFAULT.
+    if (p as usize) < 4096 || (p as usize) >= USER_SPACE_END {
         &[]
     } else {
         CStr::from_ptr(p).to_bytes()

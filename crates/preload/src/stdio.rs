@@ -143,7 +143,7 @@ unsafe extern "C" fn c_close(c: *mut c_void) -> c_int {
     }
     if fdtable::get(c.fd).is_some() {
         crate::fdops::close_fd(c.fd)
-    } else if fdtable::is_internal(c.fd) {
+    } else if fdtable::still_internal(c.fd) {
         0
     } else {
         real::close(c.fd)

@@ -32,7 +32,7 @@ const TAIL_LINES: usize = 20;
 
 /// Runs the selected workloads in a child under `nvmfs run` and returns its records as
 /// `run:nvmfs`. The image, the records file and (if the child died without detaching) the
-/// image's coordination file are removed on return, also on error or interrupt (the guards
+/// image's coordination file and lock files are removed on return, also on error or interrupt (the guards
 /// below; the child is killed first if it is still running).
 pub fn run_target(
     cfg: &MicroConfig,
@@ -209,11 +209,15 @@ fn coord_path(image: &Path) -> io::Result<PathBuf> {
     )))
 }
 
-/// Removes the coordination file, if the child left one, when dropped (after the child).
+/// Removes the coordination file and the directory of its lock files (`<file>.locks`, the
+/// preload's), if the child left them, when dropped (after the child).
 struct CoordLeftover(PathBuf);
 
 impl Drop for CoordLeftover {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        let mut locks = self.0.clone().into_os_string();
+        locks.push(".locks");
+        let _ = std::fs::remove_dir_all(locks);
     }
 }
