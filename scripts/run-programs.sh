@@ -15,11 +15,13 @@
 #
 # Environment: PREFIX (/nvmfs), SQLITE_ROWS (10000), FIO_SIZE (256M a job), FIO_JOBS (2),
 # POSTMARK_NUMBER (2000), POSTMARK_TRANSACTIONS (5000), DB_BENCH_NUM (50000),
-# CONC_LINES (300 lines a writer), KILL_ROUNDS (3), KILL_SECONDS (1.5), CMD_TIMEOUT (120 s: a
-# program still running then is killed and its step fails); STEPS="sqlite3 git ..."
-# runs only those steps (setup and fsck-final always run); KEEP_LOGS=1 keeps the step logs. VIA=fuse runs the same steps directly on an `nvmfs mount` of the image at PREFIX
-# instead of under `nvmfs run` (the FUSE mount as a reference: a step that passes there and
-# fails under `nvmfs run` points at the preload; the conflict step is skipped).
+# CONC_LINES (300 lines a writer), KILL_ROUNDS (4), KILL_SECONDS (1, plus up to 1 at random),
+# CMD_TIMEOUT (120: a program still running after that many seconds is killed and its step
+# fails); STEPS="sqlite3 git ..." runs only those steps (setup and fsck-final always run);
+# KEEP_LOGS=1 keeps the step logs. VIA=fuse runs the same steps directly on an `nvmfs mount`
+# of the image at PREFIX instead of under `nvmfs run` (the FUSE mount as a reference: a step
+# that passes there and fails under `nvmfs run` points at the preload; the conflict and
+# read-only steps are skipped).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -773,6 +775,53 @@ print(f"victim: {len(data)} bytes, {len(data) // REC} records, passes {min(gens,
 sys.exit(0 if len(bad) <= 1 and (not gens or max(gens) - min(gens) <= 1) else 1)
 '
 
+# The other victim: churns names in its directory (write a temporary file, rename it over
+# slot i, unlink and make directories) for ever. Slot i, when it exists, holds "i" 100 times;
+# a temporary file may be cut short by the kill, never hold anything else.
+victim_meta_py='
+import os, sys
+d, pidfile = sys.argv[1], sys.argv[2]
+os.makedirs(d, exist_ok=True)
+with open(pidfile + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(pidfile + ".tmp", pidfile)
+n = 0
+while True:
+    n += 1
+    i = n % 200
+    with open(f"{d}/tmp.{i}", "w") as f:
+        f.write(f"{i}\n" * 100)
+    os.rename(f"{d}/tmp.{i}", f"{d}/m.{i}")
+    if n % 3 == 0 and os.path.exists(f"{d}/m.{n * 7 % 200}"):
+        os.unlink(f"{d}/m.{n * 7 % 200}")
+    if n % 5 == 0:
+        os.mkdir(f"{d}/dir.{n}")
+        if n > 5:
+            os.rmdir(f"{d}/dir.{n - 5}")
+'
+
+victim_meta_check_py='
+import os, re, sys
+d = sys.argv[1]
+names = os.listdir(d)
+slots = tmps = 0
+for name in names:
+    p = os.path.join(d, name)
+    m = re.fullmatch(r"(m|tmp)\.(\d+)", name)
+    if m:
+        want = f"{m.group(2)}\n" * 100
+        got = open(p).read()
+        if m.group(1) == "m":
+            assert got == want, f"{name}: {got[:40]!r}... is not its whole content"
+            slots += 1
+        else:
+            assert want.startswith(got), f"{name}: {got[:40]!r}... is not a prefix of its content"
+            tmps += 1
+    else:
+        assert re.fullmatch(r"dir\.\d+", name) and os.path.isdir(p), f"stray entry {name}"
+print(f"churn victim: {slots} slot files whole, {tmps} temporary files (prefixes), {len(names) - slots - tmps} directories")
+'
+
 # The survivor of the kill step: keeps creating, writing, renaming and verifying files until
 # told to stop, then checks all it wrote.
 survivor='
@@ -793,7 +842,7 @@ survivor='
 '
 
 step_kill() {
-  local d="$P/sigkill" rounds=${KILL_ROUNDS:-3} secs=${KILL_SECONDS:-1.5} r vpid vjob spid rc
+  local d="$P/sigkill" rounds=${KILL_ROUNDS:-4} secs=${KILL_SECONDS:-1} r vpid vjob spid rc delay
   local stop="$work/stop-survivor" pidfile
   nv mkdir "$d"
   rm -f "$stop"
@@ -802,7 +851,12 @@ step_kill() {
   bg_pids+=("$spid")
   for ((r = 1; r <= rounds; r++)); do
     pidfile="$work/victim.$r.pid"
-    nv python3 -c "$victim_py" "$d/victim.$r" "$pidfile" &
+    # Odd rounds overwrite data, even rounds churn names; the kill lands at a random moment.
+    if ((r % 2)); then
+      nv python3 -c "$victim_py" "$d/victim.$r" "$pidfile" &
+    else
+      nv python3 -c "$victim_meta_py" "$d/churn.$r" "$pidfile" &
+    fi
     vjob=$!
     bg_pids+=("$vjob")
     local t=0
@@ -815,7 +869,8 @@ step_kill() {
       return 1
     }
     vpid=$(cat "$pidfile")
-    sleep "$secs"
+    delay=$(awk -v s="$secs" -v r="$RANDOM" 'BEGIN { printf "%.2f", s + r % 1000 / 1000 }')
+    sleep "$delay"
     kill -0 "$vpid" || {
       echo "victim $r ended on its own"
       return 1
@@ -823,7 +878,7 @@ step_kill() {
     kill -9 "$vpid"
     rc=0
     wait "$vjob" || rc=$?
-    echo "round $r: victim (pid $vpid) SIGKILLed after ${secs} s of writing; nvmfs run exited $rc"
+    echo "round $r: victim (pid $vpid) SIGKILLed after $delay s; nvmfs run exited $rc"
     # The image keeps working for a new process at once.
     nv bash -c 'echo after-kill-'"$r"' > "$1/after.'"$r"'" && [ "$(cat "$1/after.'"$r"'")" = after-kill-'"$r"' ]' _ "$d"
   done
@@ -833,7 +888,11 @@ step_kill() {
     return 1
   }
   for ((r = 1; r <= rounds; r++)); do
-    nv python3 -c "$victim_check_py" "$d/victim.$r"
+    if ((r % 2)); then
+      nv python3 -c "$victim_check_py" "$d/victim.$r"
+    else
+      nv python3 -c "$victim_meta_check_py" "$d/churn.$r"
+    fi
   done
   nv ls -l "$d" | grep -v ' s\.' || true
   check_image
