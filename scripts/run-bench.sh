@@ -24,7 +24,8 @@
 #
 # Environment: TARGETS ("run tmpfs ext4"), TRIALS (4), FIO_FILE_SIZE (1G), FIO_SECONDS (3),
 # META_FILES (2000), SQLITE_ROWS (50000), DB_BENCH_NUM (200000), MICRO_SECONDS (2),
-# MICRO=0 skips bench micro, OUT (results/run-bench-<UTC time>; gets run-bench.md,
+# MICRO=0 skips bench micro, HUGE_IMAGE=1 puts the nvmfs images on a private tmpfs mounted
+# with huge=always (2 MiB pages for the image mapping; tmpfs and ext4 stay as they are), OUT (results/run-bench-<UTC time>; gets run-bench.md,
 # run-bench.json, trials.csv, micro.json and every program's raw output).
 # Needs fio, sqlite3 and db_bench (Debian fio, sqlite3, rocksdb-tools; installed with apt-get
 # when missing). Every image, loop device and mount is removed on exit.
@@ -71,7 +72,13 @@ mkdir -p "$out/raw"
 out=$(cd "$out" && pwd)
 raw="$out/raw"
 work=$(mktemp -d /tmp/nvmfs-run-bench.XXXXXX)
-img=$(mktemp -u /dev/shm/nvmfs-run-bench.XXXXXX.img)
+# HUGE_IMAGE=1: the nvmfs images (nvmfs run's and bench micro's nvmfs and run:nvmfs) on a
+# private tmpfs mounted with huge=always, so the image is mapped with 2 MiB pages (/dev/shm
+# uses 4 KiB pages unless /sys/kernel/mm/transparent_hugepage/shmem_enabled says otherwise).
+huge_image=${HUGE_IMAGE:-0}
+image_dir=/dev/shm
+[ "$huge_image" = 1 ] && image_dir="$work/huge"
+img=$(mktemp -u "$image_dir/nvmfs-run-bench.XXXXXX.img")
 tmpfs_dir=$(mktemp -u /dev/shm/nvmfs-run-bench-tmpfs.XXXXXX)
 ext4_img=$(mktemp -u /dev/shm/nvmfs-run-bench-ext4.XXXXXX.img)
 ext4_mnt="$work/ext4"
@@ -85,7 +92,7 @@ cleanup() {
     mountpoint -q "$ext4_mnt" && { umount "$ext4_mnt" || umount -l "$ext4_mnt"; }
     losetup -d "$loop"
   fi
-  rm -rf "$tmpfs_dir" "$work"
+  rm -rf "$tmpfs_dir"
   rm -f "$ext4_img"
   if [ -e "$img" ]; then
     # A program killed under nvmfs run leaves the coordination file of the image (and the
@@ -96,6 +103,8 @@ cleanup() {
     coord=$(printf '/dev/shm/nvmfs-%x-%x.coord' "$dev" "$ino")
     rm -rf "$coord" "$coord.locks" "$img"
   fi
+  mountpoint -q "$work/huge" && umount "$work/huge"
+  rm -rf "$work"
   exit "$rc"
 }
 trap cleanup EXIT
@@ -129,6 +138,10 @@ setup_targets() {
   for t in $targets; do
     case $t in
       run)
+        if [ "$huge_image" = 1 ]; then
+          mkdir -p "$image_dir"
+          mount -t tmpfs -o size=12G,huge=always nvmfs-run-bench-huge "$image_dir"
+        fi
         # The 1 GiB file, the metadata files, sqlite and RocksDB at once, with room.
         "$nvmfs" mkfs --size 3G "$img" >/dev/null
         on run mkdir "$(dir_of run)"
@@ -243,14 +256,27 @@ bench_db_bench() { # TARGET
 }
 
 bench_micro() {
-  local mt=(-t nvmfs)
-  case " $targets " in *" run "*) mt+=(-t run:nvmfs) ;; esac
-  case " $targets " in *" tmpfs "*) mt+=(-t tmpfs) ;; esac
-  case " $targets " in *" ext4 "*) mt+=(-t "dir:$ext4_mnt") ;; esac
-  say "nvmfs bench micro ${mt[*]} -w randread-4k -w overwrite-4k"
-  "$nvmfs" bench micro "${mt[@]}" -w randread-4k -w overwrite-4k --file-size "$fio_size" \
-    --seconds "$micro_secs" --image-size "$(($(numfmt --from=iec "$fio_size") / 1048576 + 512))M" \
-    --json "$out/micro.json" >"$raw/micro.txt"
+  local nv=(-t nvmfs) kt=() args
+  case " $targets " in *" run "*) nv+=(-t run:nvmfs) ;; esac
+  case " $targets " in *" tmpfs "*) kt+=(-t tmpfs) ;; esac
+  case " $targets " in *" ext4 "*) kt+=(-t "dir:$ext4_mnt") ;; esac
+  args=(-w randread-4k -w overwrite-4k --file-size "$fio_size" --seconds "$micro_secs"
+    --image-size "$(($(numfmt --from=iec "$fio_size") / 1048576 + 512))M")
+  # The nvmfs targets' images where nvmfs run's is; tmpfs in /dev/shm as above.
+  if [ "$huge_image" = 1 ] && ! mountpoint -q "$image_dir"; then
+    mkdir -p "$image_dir"
+    mount -t tmpfs -o size=12G,huge=always nvmfs-run-bench-huge "$image_dir"
+  fi
+  say "nvmfs bench micro ${nv[*]} ${kt[*]} ${args[*]}"
+  "$nvmfs" bench micro "${nv[@]}" "${args[@]}" --shm-dir "$image_dir" --json "$work/micro-nv.json" \
+    >"$raw/micro.txt"
+  echo '[]' >"$work/micro-k.json"
+  if [ ${#kt[@]} -gt 0 ]; then
+    "$nvmfs" bench micro "${kt[@]}" "${args[@]}" --shm-dir /dev/shm --json "$work/micro-k.json" \
+      >>"$raw/micro.txt"
+  fi
+  python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1])) + json.load(open(sys.argv[2])), open(sys.argv[3], "w"), indent=2)' \
+    "$work/micro-nv.json" "$work/micro-k.json" "$out/micro.json"
 }
 
 # --- run ----------------------------------------------------------------------------------
@@ -281,12 +307,12 @@ if [ -e "$img" ]; then
   "$nvmfs" fsck "$img" >"$raw/fsck.txt" || die "fsck of the nvmfs run image failed: $(cat "$raw/fsck.txt")"
 fi
 
-export TRIALS=$trials FIO_FILE_SIZE=$fio_size FIO_SECONDS=$fio_secs META_FILES=$meta_files \
+export HUGE_IMAGE=$huge_image TRIALS=$trials FIO_FILE_SIZE=$fio_size FIO_SECONDS=$fio_secs META_FILES=$meta_files \
   SQLITE_ROWS=$sqlite_rows DB_BENCH_NUM=$db_num MICRO_SECONDS=$micro_secs
 python3 - "$out" "$targets" "$wall" <<'PY'
 import csv, json, math, os, platform, sys, time
 out, targets, wall = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
-cfg = {k: os.environ.get(k) for k in ["TRIALS", "FIO_FILE_SIZE", "FIO_SECONDS", "META_FILES",
+cfg = {k: os.environ.get(k) for k in ["HUGE_IMAGE", "TRIALS", "FIO_FILE_SIZE", "FIO_SECONDS", "META_FILES",
                                       "SQLITE_ROWS", "DB_BENCH_NUM", "MICRO_SECONDS"]}
 names = {"run": "nvmfs run", "tmpfs": "tmpfs", "ext4": "ext4"}
 # (workload, unit, higher is better)
@@ -408,7 +434,9 @@ md = [f"# nvmfs run against tmpfs and ext4 ({env['finished_utc']}, {env['cpus']}
       "Mean of the kept trials (the first of each is discarded) ± 95% CI half-width; "
       "ratios are nvmfs run's advantage (for sqlite3's seconds: the other's time over nvmfs run's). "
       "ext4: a loop device over /dev/shm with direct I/O, page cache warm; tmpfs and ext4 writes "
-      "are not fsynced, nvmfs's are durable on return.", "", *lines, ""]
+      "are not fsynced, nvmfs's are durable on return. nvmfs images: "
+      + ("on a tmpfs mounted huge=always (mapped with 2 MiB pages)." if cfg["HUGE_IMAGE"] == "1"
+         else "in /dev/shm (mapped with 4 KiB pages)."), "", *lines, ""]
 if mlines:
     md += ["Same run, `nvmfs bench micro` (one trial each):", "", *mlines, ""]
 if goals:
