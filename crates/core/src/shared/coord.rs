@@ -177,6 +177,7 @@ pub fn open(path: &Path, mode: u32) -> io::Result<Opened> {
                 format!("coordination file {}: {e}", path.display()),
             )
         })?;
+        let fd = sys::above_floor(fd);
         sys::fchmod(fd, mode & 0o666);
         // Exclusive if nobody is attached; otherwise wait for a shared hold (an exclusive
         // holder is a first process still recovering the image).

@@ -51,6 +51,9 @@ pub struct SharedOptions {
     pub populate: bool,
 }
 
+/// The lowest number the library's own descriptors get (see `internal_fds`).
+pub const FD_FLOOR: RawFd = sys::FD_FLOOR;
+
 /// Below this many free inode numbers in its pools, a process refills them from the inode
 /// table when the image comes back to it.
 const INODE_REFILL_BELOW: u64 = 64;
@@ -139,6 +142,12 @@ impl SharedMount {
     /// to it. The first one recovers the image as a plain mount does; later ones join it.
     pub fn attach(image: &Path, opts: &SharedOptions) -> io::Result<SharedMount> {
         let f = open_image(image, !opts.read_only)?;
+        // The library's own descriptors stay out of the numbers programs choose themselves.
+        let f = {
+            use std::os::unix::io::{FromRawFd, IntoRawFd};
+            // SAFETY: ownership moves from `f` to the returned descriptor.
+            unsafe { std::fs::File::from_raw_fd(sys::above_floor(f.into_raw_fd())) }
+        };
         lock_image(&f, image, false).map_err(|e| {
             if e.kind() == io::ErrorKind::WouldBlock {
                 io::Error::new(
@@ -423,7 +432,11 @@ impl SharedMount {
     /// A reference that marks inode `ino` as directly mapped (shrinking truncate and punch
     /// hole refuse with EBUSY in every process while it lives) and keeps it from being freed.
     pub fn map_guard(&self, ino: u64) -> io::Result<MapGuard> {
-        let fd = sys::open(&self.link.map.path, libc::O_RDWR | libc::O_CLOEXEC, 0)?;
+        let fd = sys::above_floor(sys::open(
+            &self.link.map.path,
+            libc::O_RDWR | libc::O_CLOEXEC,
+            0,
+        )?);
         let g = MapGuard { fd };
         for at in [INO_LOCK + ino, MAP_LOCK + ino] {
             if !sys::try_lock(fd, libc::F_RDLCK, at)? {
@@ -452,7 +465,7 @@ impl SharedMount {
         let map = &self.link.map;
         let inherited = self.link.fd();
         let fresh = (|| {
-            let fd = sys::open(&map.path, libc::O_RDWR | libc::O_CLOEXEC, 0)?;
+            let fd = sys::above_floor(sys::open(&map.path, libc::O_RDWR | libc::O_CLOEXEC, 0)?);
             sys::lock_wait(fd, libc::F_RDLCK, coord::DMS_LOCK)?;
             let (slot, epoch) = coord::take_proc_slot(map, fd)?;
             Ok::<_, io::Error>((fd, process_id(slot, epoch)))
@@ -498,6 +511,14 @@ impl SharedMount {
             }
             sys::unlock(fd, coord::DMS_LOCK);
         }
+    }
+
+    /// The descriptors this process's attachment holds for itself (the image and its own
+    /// description of the coordination file), all at or above `FD_FLOOR` (10) and
+    /// close-on-exec. They change in a child after `child_after_fork`. A program that closes
+    /// descriptors it did not open must spare them.
+    pub fn internal_fds(&self) -> [RawFd; 2] {
+        [self.image_fd, self.link.fd()]
     }
 
     /// The image file's descriptor (read-write unless mounted read-only), for mapping block
@@ -591,6 +612,13 @@ impl Description {
 /// See [`SharedMount::map_guard`]; dropping it releases the mark.
 pub struct MapGuard {
     fd: RawFd,
+}
+
+impl MapGuard {
+    /// Its descriptor (at or above `FD_FLOOR`, close-on-exec).
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
 }
 
 impl Drop for MapGuard {
