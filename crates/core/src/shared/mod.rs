@@ -33,8 +33,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::lock_api::RawRwLock as _;
-
 use crate::fs::mount::{lock_image, open_image, SharedCount, SharedParts};
 use crate::fs::Peers;
 use crate::layout::BLOCK_SIZE;
@@ -112,9 +110,9 @@ pub struct SharedMount {
     me: AtomicU32,
     /// Sequence number of the last directory change this process's indexes account for.
     seen: AtomicU64,
-    /// Held shared by every operation, exclusively across fork, so a child starts with no
-    /// operation half done in its copy of the memory.
-    fork_lock: parking_lot::RawRwLock,
+    /// Set across fork: new operations wait, and prepare_fork waits for those in flight, so
+    /// a child starts with no operation half done in its copy of the memory.
+    forking: AtomicBool,
     image_fd: RawFd,
     path: PathBuf,
     detached: AtomicBool,
@@ -127,7 +125,7 @@ thread_local! {
     // A plain array (no destructor): operations must keep working while a thread's
     // thread-locals are being destroyed, e.g. stdio flushing at exit(), which runs after
     // the main thread's TLS destructors (the preload library's cookie streams).
-    static DEPTH: Cell<[(usize, u32); DEPTH_SLOTS]> = const { Cell::new([(0, 0); DEPTH_SLOTS]) };
+    static DEPTH: [Cell<(usize, u32)>; DEPTH_SLOTS] = const { [const { Cell::new((0, 0)) }; DEPTH_SLOTS] };
 }
 
 /// Shared mounts one thread can be inside `op` of at once.
@@ -248,7 +246,7 @@ impl SharedMount {
             link,
             me: AtomicU32::new(me),
             seen: AtomicU64::new(seen),
-            fork_lock: parking_lot::RawRwLock::INIT,
+            forking: AtomicBool::new(false),
             image_fd,
             path: image.to_path_buf(),
             detached: AtomicBool::new(false),
@@ -269,29 +267,41 @@ impl SharedMount {
 
     fn enter(&self) -> OpGuard<'_> {
         let key = self.key();
-        let nested = DEPTH.with(|c| {
-            let mut d = c.get();
-            let nested = match d.iter_mut().find(|(k, n)| *k == key && *n > 0) {
-                Some((_, n)) => {
-                    *n += 1;
-                    true
-                }
-                None => {
-                    // More than DEPTH_SLOTS mounts at once on one thread: not recorded, so
-                    // nested calls take the gate again (allowed: it is this process's).
-                    if let Some(free) = d.iter_mut().find(|(_, n)| *n == 0) {
-                        *free = (key, 1);
-                    }
-                    false
-                }
-            };
-            c.set(d);
-            nested
+        let nested = DEPTH.with(|d| {
+            if let Some(c) = d.iter().find(|c| c.get().0 == key && c.get().1 > 0) {
+                c.set((key, c.get().1 + 1));
+                return true;
+            }
+            // More than DEPTH_SLOTS mounts at once on one thread: not recorded, so nested
+            // calls take the gate again (allowed: it is this process's).
+            if let Some(free) = d.iter().find(|c| c.get().1 == 0) {
+                free.set((key, 1));
+            }
+            false
         });
         if nested {
             return OpGuard { m: self };
         }
-        self.fork_lock.lock_shared();
+        loop {
+            while self.forking.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            self.take_gate();
+            // Seen by prepare_fork, or we see its flag (both sequentially consistent): a
+            // fork never copies this process with an operation half done.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if !self.forking.load(Ordering::SeqCst) {
+                break;
+            }
+            let map = &self.link.map;
+            gate::leave(map.gate(), map.wake());
+        }
+        OpGuard { m: self }
+    }
+
+    /// Waits for the gate and brings this process's state up to date if the image was
+    /// another process's meanwhile.
+    fn take_gate(&self) {
         let map = &self.link.map;
         let me = self.me.load(Ordering::Acquire);
         match gate::enter(map.gate(), map.wake(), me, |id| alive(&self.link, id)) {
@@ -314,23 +324,20 @@ impl SharedMount {
                 gate::refreshed(map.gate(), map.wake());
             }
         }
-        OpGuard { m: self }
     }
 
     fn leave(&self) {
         let key = self.key();
-        let outer = DEPTH.with(|c| {
-            let mut d = c.get();
-            let outer = match d.iter_mut().find(|(k, n)| *k == key && *n > 0) {
-                Some((_, n)) => {
-                    *n -= 1;
-                    *n == 0
+        let outer = DEPTH.with(
+            |d| match d.iter().find(|c| c.get().0 == key && c.get().1 > 0) {
+                Some(c) => {
+                    let n = c.get().1 - 1;
+                    c.set((key, n));
+                    n == 0
                 }
                 None => true,
-            };
-            c.set(d);
-            outer
-        });
+            },
+        );
         if !outer {
             return;
         }
@@ -340,8 +347,6 @@ impl SharedMount {
         self.seen
             .store(map.seq().load(Ordering::Acquire), Ordering::Release);
         gate::leave(map.gate(), map.wake());
-        // SAFETY: taken shared by the matching enter on this thread.
-        unsafe { self.fork_lock.unlock_shared() };
     }
 
     /// Brings this process's DRAM state up to date with what other processes did since it
@@ -449,19 +454,31 @@ impl SharedMount {
     /// Call before fork (pthread_atfork prepare): waits for this process's operations to
     /// finish and holds new ones back until `parent_after_fork` / `child_after_fork`.
     pub fn prepare_fork(&self) {
-        self.fork_lock.lock_exclusive();
+        self.forking.store(true, Ordering::SeqCst);
+        // A fork from inside an operation (a signal handler, say) cannot wait for itself.
+        let key = self.key();
+        if DEPTH.with(|d| d.iter().any(|c| c.get().0 == key && c.get().1 > 0)) {
+            return;
+        }
+        let gate = self.link.map.gate();
+        let me = self.me.load(Ordering::Acquire);
+        loop {
+            let g = gate.load(Ordering::SeqCst);
+            if gate::owner(g) != me || g & 0xffff_ffff == 0 {
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 
     pub fn parent_after_fork(&self) {
-        // SAFETY: taken by prepare_fork on this thread.
-        unsafe { self.fork_lock.unlock_exclusive() };
+        self.forking.store(false, Ordering::Release);
     }
 
     /// In the child: becomes a process of its own (new slot, own description of the
     /// coordination file), keeping the descriptions it inherited.
     pub fn child_after_fork(&self) {
-        // SAFETY: taken by prepare_fork in the parent, before the memory was copied.
-        unsafe { self.fork_lock.unlock_exclusive() };
+        self.forking.store(false, Ordering::Release);
         let map = &self.link.map;
         let inherited = self.link.fd();
         let fresh = (|| {
