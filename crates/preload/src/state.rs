@@ -224,6 +224,9 @@ fn attach(cfg: &Config) -> Option<State> {
             for fd in mount.internal_fds() {
                 fdtable::mark_internal(fd);
             }
+            if mount.was_first() {
+                sweep_stale_lock_dirs();
+            }
             Some(State { mount })
         }
         Err(e) => {
@@ -233,6 +236,28 @@ fn attach(cfg: &Config) -> Option<State> {
                 String::from_utf8_lossy(&cfg.prefix)
             ));
             None
+        }
+    }
+}
+
+/// Removes lock-file directories (`<coordination file>.locks`) whose coordination file is
+/// gone: their processes ended without detaching (killed). The first process of a mount
+/// does it, after the core removed the coordination files nobody used.
+fn sweep_stale_lock_dirs() {
+    let Ok(rd) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let name = p.as_os_str().as_bytes();
+        if let Some(coord) = name.strip_suffix(b".locks") {
+            let coord = std::path::Path::new(std::ffi::OsStr::from_bytes(coord));
+            let ours = coord.file_name().is_some_and(|n| {
+                n.as_bytes().starts_with(b"nvmfs-") && n.as_bytes().ends_with(b".coord")
+            });
+            if ours && !coord.exists() {
+                let _ = std::fs::remove_dir_all(&p);
+            }
         }
     }
 }

@@ -230,6 +230,35 @@ pub fn open(path: &Path, mode: u32) -> io::Result<Opened> {
     )))
 }
 
+/// Removes the coordination files in `dir` that no process uses (left by processes that were
+/// killed, or whose image is gone): those whose DMS byte can be taken exclusively with no
+/// description alive. A process opening one at that moment finds it gone after taking DMS
+/// (`open` checks the path still names the file it locked) and creates a fresh one.
+pub fn sweep_stale(dir: &Path, keep: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let n = name.as_bytes();
+        if !(n.starts_with(b"nvmfs-") && n.ends_with(b".coord")) || e.path() == keep {
+            continue;
+        }
+        let Ok(cpath) = CString::new(e.path().as_os_str().as_bytes()) else {
+            continue;
+        };
+        let Ok(fd) = sys::open(&cpath, libc::O_RDWR | libc::O_CLOEXEC, 0) else {
+            continue;
+        };
+        if sys::try_lock(fd, libc::F_WRLCK, DMS_LOCK).unwrap_or(false)
+            && !sys::locked_by_other(fd, DESC_LOCK, 0)
+        {
+            sys::unlink(&cpath);
+        }
+        sys::close(fd);
+    }
+}
+
 /// Takes a free process slot for `fd`'s description: (slot, epoch).
 pub fn take_proc_slot(map: &CoordMap, fd: RawFd) -> io::Result<(usize, u32)> {
     let start = (sys::getpid() as usize) % PROCS;

@@ -115,6 +115,8 @@ pub struct SharedMount {
     forking: AtomicBool,
     image_fd: RawFd,
     path: PathBuf,
+    /// This process found no other attached, recovered the image and tidied /dev/shm.
+    first: bool,
     detached: AtomicBool,
     /// Times this process recovered the image after another died mid-operation.
     recoveries: AtomicU64,
@@ -173,7 +175,12 @@ impl SharedMount {
             use std::os::unix::fs::PermissionsExt;
             f.metadata()?.permissions().mode()
         };
-        let opened = coord::open(&coord::coord_path(f.as_raw_fd())?, mode)?;
+        let cpath = coord::coord_path(f.as_raw_fd())?;
+        let opened = coord::open(&cpath, mode)?;
+        if opened.alone {
+            // The first process of a mount tidies up after processes that never detached.
+            coord::sweep_stale(cpath.parent().unwrap_or(Path::new("/dev/shm")), &cpath);
+        }
         let fd = opened.fd;
         let result = Self::attach_with(image, opts, f, opened);
         if result.is_err() {
@@ -249,6 +256,7 @@ impl SharedMount {
             forking: AtomicBool::new(false),
             image_fd,
             path: image.to_path_buf(),
+            first: opened.alone,
             detached: AtomicBool::new(false),
             recoveries: AtomicU64::new(recovered_now),
         })
@@ -542,6 +550,12 @@ impl SharedMount {
     /// runs of a file directly.
     pub fn image_fd(&self) -> RawFd {
         self.image_fd
+    }
+
+    /// Whether this process attached first (no other process was attached): it recovered
+    /// the image and removed coordination files nobody used any more.
+    pub fn was_first(&self) -> bool {
+        self.first
     }
 
     pub fn image_path(&self) -> &Path {
