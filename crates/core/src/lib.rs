@@ -27,7 +27,7 @@ pub mod shared;
 pub mod testing;
 
 pub use fs::{
-    DirEntry, DirectMap, File, FormatOptions, Fs, Metadata, MountOptions, OpenOptions,
+    errno_of, DirEntry, DirectMap, File, FormatOptions, Fs, Metadata, MountOptions, OpenOptions,
     RecoveryReport, RenameFlags, SetAttr, SetTime, Statfs,
 };
 pub use layout::inode::FileType;

@@ -100,24 +100,10 @@ pub struct NvmFuse {
 /// errno for a core error: its raw errno, EIO for damaged media (logged), a best guess
 /// from the kind otherwise.
 fn to_errno(e: &io::Error) -> Errno {
-    if let Some(n) = e.raw_os_error() {
-        return Errno::from_i32(n);
+    if e.raw_os_error().is_none() && e.kind() == io::ErrorKind::InvalidData {
+        error!("damaged media: {e} (run nvmfs fsck after unmounting)");
     }
-    let n = match e.kind() {
-        io::ErrorKind::InvalidData => {
-            error!("damaged media: {e} (run nvmfs fsck after unmounting)");
-            libc::EIO
-        }
-        io::ErrorKind::NotFound => libc::ENOENT,
-        io::ErrorKind::PermissionDenied => libc::EACCES,
-        io::ErrorKind::AlreadyExists => libc::EEXIST,
-        io::ErrorKind::WouldBlock => libc::EAGAIN,
-        io::ErrorKind::InvalidInput => libc::EINVAL,
-        io::ErrorKind::OutOfMemory => libc::ENOMEM,
-        io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
-        _ => libc::EIO,
-    };
-    Errno::from_i32(n)
+    Errno::from_i32(nvmfs::errno_of(e))
 }
 
 fn time(ns: i64) -> SystemTime {

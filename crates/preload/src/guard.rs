@@ -48,20 +48,7 @@ pub fn set_errno(e: i32) {
 
 /// The errno a kernel file system would give for a core error.
 pub fn to_errno(e: &io::Error) -> i32 {
-    if let Some(n) = e.raw_os_error() {
-        return n;
-    }
-    match e.kind() {
-        io::ErrorKind::InvalidData => libc::EIO,
-        io::ErrorKind::NotFound => libc::ENOENT,
-        io::ErrorKind::PermissionDenied => libc::EACCES,
-        io::ErrorKind::AlreadyExists => libc::EEXIST,
-        io::ErrorKind::WouldBlock => libc::EAGAIN,
-        io::ErrorKind::InvalidInput => libc::EINVAL,
-        io::ErrorKind::OutOfMemory => libc::ENOMEM,
-        io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
-        _ => libc::EIO,
-    }
+    nvmfs::errno_of(e)
 }
 
 /// Result of an nvmfs-side operation: the value, or an errno.

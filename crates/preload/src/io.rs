@@ -33,28 +33,44 @@ fn check_write(e: &Entry) -> R<()> {
     Ok(())
 }
 
+/// Runs `io` on consecutive buffers from `off` (readv/writev semantics): `io(off)` does the
+/// next buffer and returns (its length, bytes done), or None when there is none left. Stops
+/// at the first short transfer; an error after some bytes ends the call with those bytes.
+/// Returns (bytes done, offset after them).
+fn each_buffer(
+    mut off: u64,
+    mut io: impl FnMut(u64) -> Option<(usize, std::io::Result<usize>)>,
+) -> R<(usize, u64)> {
+    let mut total = 0usize;
+    while let Some((len, r)) = io(off) {
+        if len == 0 {
+            continue;
+        }
+        let n = match r {
+            Ok(n) => n,
+            Err(_) if total > 0 => break,
+            Err(err) => return Err(guard::to_errno(&err)),
+        };
+        total += n;
+        off += n as u64;
+        if n < len {
+            break;
+        }
+    }
+    Ok((total, off))
+}
+
 /// Reads into `bufs` in order at `at`, or at the description's offset (which then moves).
 pub fn nv_read(e: &Entry, bufs: &mut [&mut [u8]], at: Option<u64>) -> R<usize> {
     check_read(e)?;
     nv(|_| {
         let _l = at.is_none().then(|| e.pos.lock());
-        let mut off = at.unwrap_or_else(|| e.desc.offset().load(Ordering::Acquire));
-        let mut total = 0usize;
-        for b in bufs.iter_mut() {
-            if b.is_empty() {
-                continue;
-            }
-            let n = match e.file().read_at(b, off) {
-                Ok(n) => n,
-                Err(_) if total > 0 => break,
-                Err(err) => return Err(guard::to_errno(&err)),
-            };
-            total += n;
-            off += n as u64;
-            if n < b.len() {
-                break;
-            }
-        }
+        let start = at.unwrap_or_else(|| e.desc.offset().load(Ordering::Acquire));
+        let mut bufs = bufs.iter_mut();
+        let (total, off) = each_buffer(start, |off| {
+            let b = bufs.next()?;
+            Some((b.len(), e.file().read_at(b, off)))
+        })?;
         if at.is_none() {
             e.desc.offset().store(off, Ordering::Release);
         }
@@ -83,23 +99,12 @@ pub fn nv_write(e: &Entry, bufs: &[&[u8]], at: Option<u64>, append: bool) -> R<u
             }
             return Ok(n);
         }
-        let mut off = at.unwrap_or_else(|| e.desc.offset().load(Ordering::Acquire));
-        let mut total = 0usize;
-        for b in bufs {
-            if b.is_empty() {
-                continue;
-            }
-            let n = match e.file().write_at(b, off) {
-                Ok(n) => n,
-                Err(_) if total > 0 => break,
-                Err(err) => return Err(guard::to_errno(&err)),
-            };
-            total += n;
-            off += n as u64;
-            if n < b.len() {
-                break;
-            }
-        }
+        let start = at.unwrap_or_else(|| e.desc.offset().load(Ordering::Acquire));
+        let mut bufs = bufs.iter();
+        let (total, off) = each_buffer(start, |off| {
+            let b = bufs.next()?;
+            Some((b.len(), e.file().write_at(b, off)))
+        })?;
         if at.is_none() {
             e.desc.offset().store(off, Ordering::Release);
         }

@@ -40,16 +40,15 @@ struct Mapping {
     flags: c_int,
     entry: Arc<Entry>,
     dmap: Option<DirectMap>,
-    guard: Option<(MapGuard, Vec<i32>)>,
+    guard: Option<MapGuard>,
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if let Some((g, fds)) = self.guard.take() {
+        if let Some(g) = self.guard.take() {
+            let fd = g.fd();
             drop(g);
-            for fd in fds {
-                fdtable::unmark_internal(fd);
-            }
+            fdtable::unmark_internal(fd);
         }
     }
 }
@@ -106,23 +105,9 @@ unsafe fn map_nv(
         match d {
             Ok(m) => {
                 let _g = Guard::new();
-                let before = fd_set();
                 let gd = st.mount.map_guard(e.ino).en()?;
-                let mut mine = Vec::new();
-                let coord = state::config()
-                    .map(|c| c.coord_path.clone())
-                    .unwrap_or_default();
-                for fd in fd_set() {
-                    // Only the guard's own descriptor (of the coordination file): another
-                    // thread may have opened something meanwhile.
-                    let is_coord = std::fs::read_link(format!("/proc/self/fd/{fd}"))
-                        .is_ok_and(|l| l.as_os_str().as_encoded_bytes() == coord.as_slice());
-                    if before.binary_search(&fd).is_err() && is_coord {
-                        fdtable::mark_internal(fd);
-                        mine.push(fd);
-                    }
-                }
-                (Some(m), Some((gd, mine)))
+                fdtable::mark_internal(gd.fd());
+                (Some(m), Some(gd))
             }
             Err(err)
                 if err.raw_os_error() == Some(libc::EINVAL)
@@ -234,18 +219,6 @@ unsafe fn map_nv(
     });
     NMAPS.store(g.len(), Ordering::Release);
     Ok(base)
-}
-
-fn fd_set() -> Vec<i32> {
-    let mut v: Vec<i32> = std::fs::read_dir("/proc/self/fd")
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort_unstable();
-    v
 }
 
 macro_rules! mmap_fns {

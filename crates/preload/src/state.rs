@@ -213,17 +213,20 @@ fn fd_link(fd: i32) -> Option<Vec<u8>> {
 
 fn attach(cfg: &Config) -> Option<State> {
     let _g = Guard::new();
-    let before = fd_list();
     let opts = SharedOptions {
         read_only: cfg.read_only,
         ..Default::default()
     };
-    let fillers = fill_low_fds();
-    let r = SharedMount::attach(&cfg.image, &opts);
-    close_fds(&fillers);
-    match r {
+    match SharedMount::attach(&cfg.image, &opts) {
         Ok(mount) => {
-            mark_new_internal(&before);
+            // The core keeps its own descriptors at or above FD_FLOOR, out of the numbers
+            // programs and shells pick themselves.
+            for fd in mount.internal_fds() {
+                fdtable::mark_internal(fd);
+            }
+            if mount.was_first() {
+                sweep_stale_lock_dirs();
+            }
             Some(State { mount })
         }
         Err(e) => {
@@ -237,49 +240,24 @@ fn attach(cfg: &Config) -> Option<State> {
     }
 }
 
-/// Descriptors below this are the program's to pick by number (shells redirect 0-9): the
-/// core's own descriptors are kept above it.
-const LOW_FDS: i32 = 10;
-
-/// Occupies every free descriptor below LOW_FDS (with /dev/null), so that descriptors the
-/// core opens meanwhile land above it; returns them for `close_fds`.
-fn fill_low_fds() -> Vec<i32> {
-    let mut v = Vec::new();
-    for _ in 0..LOW_FDS {
-        // SAFETY: a NUL-terminated path.
-        let fd = unsafe {
-            real::openat64(
-                libc::AT_FDCWD,
-                c"/dev/null".as_ptr(),
-                libc::O_RDONLY | libc::O_CLOEXEC,
-                0,
-            )
-        };
-        if fd < 0 {
-            break;
-        }
-        if fd >= LOW_FDS {
-            // SAFETY: ours.
-            unsafe { real::close(fd) };
-            break;
-        }
-        v.push(fd);
-    }
-    v
-}
-
-fn close_fds(v: &[i32]) {
-    for &fd in v {
-        // SAFETY: ours.
-        unsafe { real::close(fd) };
-    }
-}
-
-/// Marks every descriptor not in `before` (and not an nvmfs descriptor) as internal.
-fn mark_new_internal(before: &[i32]) {
-    for fd in fd_list() {
-        if before.binary_search(&fd).is_err() && fdtable::get(fd).is_none() {
-            fdtable::mark_internal(fd);
+/// Removes lock-file directories (`<coordination file>.locks`) whose coordination file is
+/// gone: their processes ended without detaching (killed). The first process of a mount
+/// does it, after the core removed the coordination files nobody used.
+fn sweep_stale_lock_dirs() {
+    let Ok(rd) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let name = p.as_os_str().as_bytes();
+        if let Some(coord) = name.strip_suffix(b".locks") {
+            let coord = std::path::Path::new(std::ffi::OsStr::from_bytes(coord));
+            let ours = coord.file_name().is_some_and(|n| {
+                n.as_bytes().starts_with(b"nvmfs-") && n.as_bytes().ends_with(b".coord")
+            });
+            if ours && !coord.exists() {
+                let _ = std::fs::remove_dir_all(&p);
+            }
         }
     }
 }
@@ -512,18 +490,14 @@ extern "C" fn fork_child() {
     let _g = Guard::new();
     crate::locks::fork_unlock_all();
     if let Some(st) = attached() {
-        let before = fd_list();
-        let fillers = fill_low_fds();
+        // The child gets a coordination descriptor of its own; the inherited one is closed.
+        let before = st.mount.internal_fds();
         st.mount.child_after_fork();
-        close_fds(&fillers);
-        // The child has a coordination descriptor of its own now; the inherited one is
-        // closed. Re-learn which descriptors are ours.
-        let after = fd_list();
-        for fd in before.iter().filter(|fd| after.binary_search(fd).is_err()) {
-            fdtable::unmark_internal(*fd);
+        for fd in before {
+            fdtable::unmark_internal(fd);
         }
-        for fd in after.iter().filter(|fd| before.binary_search(fd).is_err()) {
-            fdtable::mark_internal(*fd);
+        for fd in st.mount.internal_fds() {
+            fdtable::mark_internal(fd);
         }
     }
 }

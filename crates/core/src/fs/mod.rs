@@ -67,6 +67,26 @@ pub(crate) fn errno(e: i32) -> io::Error {
     io::Error::from_raw_os_error(e)
 }
 
+/// The errno a POSIX front end (the FUSE adapter, the `nvmfs run` preload) reports for an
+/// error of this library: its raw errno when it has one (nearly every error does), EIO for
+/// damaged media (`InvalidData`), otherwise the closest errno to its kind.
+pub fn errno_of(e: &io::Error) -> i32 {
+    if let Some(n) = e.raw_os_error() {
+        return n;
+    }
+    match e.kind() {
+        io::ErrorKind::InvalidData => libc::EIO,
+        io::ErrorKind::NotFound => libc::ENOENT,
+        io::ErrorKind::PermissionDenied => libc::EACCES,
+        io::ErrorKind::AlreadyExists => libc::EEXIST,
+        io::ErrorKind::WouldBlock => libc::EAGAIN,
+        io::ErrorKind::InvalidInput => libc::EINVAL,
+        io::ErrorKind::OutOfMemory => libc::ENOMEM,
+        io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
+        _ => libc::EIO,
+    }
+}
+
 /// Nanoseconds since the Unix epoch.
 pub(crate) fn now_ns() -> i64 {
     let mut ts = libc::timespec {

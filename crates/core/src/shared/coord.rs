@@ -177,6 +177,7 @@ pub fn open(path: &Path, mode: u32) -> io::Result<Opened> {
                 format!("coordination file {}: {e}", path.display()),
             )
         })?;
+        let fd = sys::above_floor(fd);
         sys::fchmod(fd, mode & 0o666);
         // Exclusive if nobody is attached; otherwise wait for a shared hold (an exclusive
         // holder is a first process still recovering the image).
@@ -227,6 +228,35 @@ pub fn open(path: &Path, mode: u32) -> io::Result<Opened> {
         "coordination file {}: kept disappearing while attaching",
         path.display()
     )))
+}
+
+/// Removes the coordination files in `dir` that no process uses (left by processes that were
+/// killed, or whose image is gone): those whose DMS byte can be taken exclusively with no
+/// description alive. A process opening one at that moment finds it gone after taking DMS
+/// (`open` checks the path still names the file it locked) and creates a fresh one.
+pub fn sweep_stale(dir: &Path, keep: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let n = name.as_bytes();
+        if !(n.starts_with(b"nvmfs-") && n.ends_with(b".coord")) || e.path() == keep {
+            continue;
+        }
+        let Ok(cpath) = CString::new(e.path().as_os_str().as_bytes()) else {
+            continue;
+        };
+        let Ok(fd) = sys::open(&cpath, libc::O_RDWR | libc::O_CLOEXEC, 0) else {
+            continue;
+        };
+        if sys::try_lock(fd, libc::F_WRLCK, DMS_LOCK).unwrap_or(false)
+            && !sys::locked_by_other(fd, DESC_LOCK, 0)
+        {
+            sys::unlink(&cpath);
+        }
+        sys::close(fd);
+    }
 }
 
 /// Takes a free process slot for `fd`'s description: (slot, epoch).

@@ -33,8 +33,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::lock_api::RawRwLock as _;
-
 use crate::fs::mount::{lock_image, open_image, SharedCount, SharedParts};
 use crate::fs::Peers;
 use crate::layout::BLOCK_SIZE;
@@ -50,6 +48,9 @@ pub struct SharedOptions {
     /// short-lived process of a shared mount touches few pages.
     pub populate: bool,
 }
+
+/// The lowest number the library's own descriptors get (see `internal_fds`).
+pub const FD_FLOOR: RawFd = sys::FD_FLOOR;
 
 /// Below this many free inode numbers in its pools, a process refills them from the inode
 /// table when the image comes back to it.
@@ -109,11 +110,13 @@ pub struct SharedMount {
     me: AtomicU32,
     /// Sequence number of the last directory change this process's indexes account for.
     seen: AtomicU64,
-    /// Held shared by every operation, exclusively across fork, so a child starts with no
-    /// operation half done in its copy of the memory.
-    fork_lock: parking_lot::RawRwLock,
+    /// Set across fork: new operations wait, and prepare_fork waits for those in flight, so
+    /// a child starts with no operation half done in its copy of the memory.
+    forking: AtomicBool,
     image_fd: RawFd,
     path: PathBuf,
+    /// This process found no other attached, recovered the image and tidied /dev/shm.
+    first: bool,
     detached: AtomicBool,
     /// Times this process recovered the image after another died mid-operation.
     recoveries: AtomicU64,
@@ -124,7 +127,7 @@ thread_local! {
     // A plain array (no destructor): operations must keep working while a thread's
     // thread-locals are being destroyed, e.g. stdio flushing at exit(), which runs after
     // the main thread's TLS destructors (the preload library's cookie streams).
-    static DEPTH: Cell<[(usize, u32); DEPTH_SLOTS]> = const { Cell::new([(0, 0); DEPTH_SLOTS]) };
+    static DEPTH: [Cell<(usize, u32)>; DEPTH_SLOTS] = const { [const { Cell::new((0, 0)) }; DEPTH_SLOTS] };
 }
 
 /// Shared mounts one thread can be inside `op` of at once.
@@ -139,6 +142,12 @@ impl SharedMount {
     /// to it. The first one recovers the image as a plain mount does; later ones join it.
     pub fn attach(image: &Path, opts: &SharedOptions) -> io::Result<SharedMount> {
         let f = open_image(image, !opts.read_only)?;
+        // The library's own descriptors stay out of the numbers programs choose themselves.
+        let f = {
+            use std::os::unix::io::{FromRawFd, IntoRawFd};
+            // SAFETY: ownership moves from `f` to the returned descriptor.
+            unsafe { std::fs::File::from_raw_fd(sys::above_floor(f.into_raw_fd())) }
+        };
         lock_image(&f, image, false).map_err(|e| {
             if e.kind() == io::ErrorKind::WouldBlock {
                 io::Error::new(
@@ -166,7 +175,12 @@ impl SharedMount {
             use std::os::unix::fs::PermissionsExt;
             f.metadata()?.permissions().mode()
         };
-        let opened = coord::open(&coord::coord_path(f.as_raw_fd())?, mode)?;
+        let cpath = coord::coord_path(f.as_raw_fd())?;
+        let opened = coord::open(&cpath, mode)?;
+        if opened.alone {
+            // The first process of a mount tidies up after processes that never detached.
+            coord::sweep_stale(cpath.parent().unwrap_or(Path::new("/dev/shm")), &cpath);
+        }
         let fd = opened.fd;
         let result = Self::attach_with(image, opts, f, opened);
         if result.is_err() {
@@ -239,9 +253,10 @@ impl SharedMount {
             link,
             me: AtomicU32::new(me),
             seen: AtomicU64::new(seen),
-            fork_lock: parking_lot::RawRwLock::INIT,
+            forking: AtomicBool::new(false),
             image_fd,
             path: image.to_path_buf(),
+            first: opened.alone,
             detached: AtomicBool::new(false),
             recoveries: AtomicU64::new(recovered_now),
         })
@@ -260,29 +275,41 @@ impl SharedMount {
 
     fn enter(&self) -> OpGuard<'_> {
         let key = self.key();
-        let nested = DEPTH.with(|c| {
-            let mut d = c.get();
-            let nested = match d.iter_mut().find(|(k, n)| *k == key && *n > 0) {
-                Some((_, n)) => {
-                    *n += 1;
-                    true
-                }
-                None => {
-                    // More than DEPTH_SLOTS mounts at once on one thread: not recorded, so
-                    // nested calls take the gate again (allowed: it is this process's).
-                    if let Some(free) = d.iter_mut().find(|(_, n)| *n == 0) {
-                        *free = (key, 1);
-                    }
-                    false
-                }
-            };
-            c.set(d);
-            nested
+        let nested = DEPTH.with(|d| {
+            if let Some(c) = d.iter().find(|c| c.get().0 == key && c.get().1 > 0) {
+                c.set((key, c.get().1 + 1));
+                return true;
+            }
+            // More than DEPTH_SLOTS mounts at once on one thread: not recorded, so nested
+            // calls take the gate again (allowed: it is this process's).
+            if let Some(free) = d.iter().find(|c| c.get().1 == 0) {
+                free.set((key, 1));
+            }
+            false
         });
         if nested {
             return OpGuard { m: self };
         }
-        self.fork_lock.lock_shared();
+        loop {
+            while self.forking.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            self.take_gate();
+            // Seen by prepare_fork, or we see its flag (both sequentially consistent): a
+            // fork never copies this process with an operation half done.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if !self.forking.load(Ordering::SeqCst) {
+                break;
+            }
+            let map = &self.link.map;
+            gate::leave(map.gate(), map.wake());
+        }
+        OpGuard { m: self }
+    }
+
+    /// Waits for the gate and brings this process's state up to date if the image was
+    /// another process's meanwhile.
+    fn take_gate(&self) {
         let map = &self.link.map;
         let me = self.me.load(Ordering::Acquire);
         match gate::enter(map.gate(), map.wake(), me, |id| alive(&self.link, id)) {
@@ -305,23 +332,20 @@ impl SharedMount {
                 gate::refreshed(map.gate(), map.wake());
             }
         }
-        OpGuard { m: self }
     }
 
     fn leave(&self) {
         let key = self.key();
-        let outer = DEPTH.with(|c| {
-            let mut d = c.get();
-            let outer = match d.iter_mut().find(|(k, n)| *k == key && *n > 0) {
-                Some((_, n)) => {
-                    *n -= 1;
-                    *n == 0
+        let outer = DEPTH.with(
+            |d| match d.iter().find(|c| c.get().0 == key && c.get().1 > 0) {
+                Some(c) => {
+                    let n = c.get().1 - 1;
+                    c.set((key, n));
+                    n == 0
                 }
                 None => true,
-            };
-            c.set(d);
-            outer
-        });
+            },
+        );
         if !outer {
             return;
         }
@@ -331,8 +355,6 @@ impl SharedMount {
         self.seen
             .store(map.seq().load(Ordering::Acquire), Ordering::Release);
         gate::leave(map.gate(), map.wake());
-        // SAFETY: taken shared by the matching enter on this thread.
-        unsafe { self.fork_lock.unlock_shared() };
     }
 
     /// Brings this process's DRAM state up to date with what other processes did since it
@@ -423,7 +445,11 @@ impl SharedMount {
     /// A reference that marks inode `ino` as directly mapped (shrinking truncate and punch
     /// hole refuse with EBUSY in every process while it lives) and keeps it from being freed.
     pub fn map_guard(&self, ino: u64) -> io::Result<MapGuard> {
-        let fd = sys::open(&self.link.map.path, libc::O_RDWR | libc::O_CLOEXEC, 0)?;
+        let fd = sys::above_floor(sys::open(
+            &self.link.map.path,
+            libc::O_RDWR | libc::O_CLOEXEC,
+            0,
+        )?);
         let g = MapGuard { fd };
         for at in [INO_LOCK + ino, MAP_LOCK + ino] {
             if !sys::try_lock(fd, libc::F_RDLCK, at)? {
@@ -436,23 +462,35 @@ impl SharedMount {
     /// Call before fork (pthread_atfork prepare): waits for this process's operations to
     /// finish and holds new ones back until `parent_after_fork` / `child_after_fork`.
     pub fn prepare_fork(&self) {
-        self.fork_lock.lock_exclusive();
+        self.forking.store(true, Ordering::SeqCst);
+        // A fork from inside an operation (a signal handler, say) cannot wait for itself.
+        let key = self.key();
+        if DEPTH.with(|d| d.iter().any(|c| c.get().0 == key && c.get().1 > 0)) {
+            return;
+        }
+        let gate = self.link.map.gate();
+        let me = self.me.load(Ordering::Acquire);
+        loop {
+            let g = gate.load(Ordering::SeqCst);
+            if gate::owner(g) != me || g & 0xffff_ffff == 0 {
+                return;
+            }
+            std::thread::yield_now();
+        }
     }
 
     pub fn parent_after_fork(&self) {
-        // SAFETY: taken by prepare_fork on this thread.
-        unsafe { self.fork_lock.unlock_exclusive() };
+        self.forking.store(false, Ordering::Release);
     }
 
     /// In the child: becomes a process of its own (new slot, own description of the
     /// coordination file), keeping the descriptions it inherited.
     pub fn child_after_fork(&self) {
-        // SAFETY: taken by prepare_fork in the parent, before the memory was copied.
-        unsafe { self.fork_lock.unlock_exclusive() };
+        self.forking.store(false, Ordering::Release);
         let map = &self.link.map;
         let inherited = self.link.fd();
         let fresh = (|| {
-            let fd = sys::open(&map.path, libc::O_RDWR | libc::O_CLOEXEC, 0)?;
+            let fd = sys::above_floor(sys::open(&map.path, libc::O_RDWR | libc::O_CLOEXEC, 0)?);
             sys::lock_wait(fd, libc::F_RDLCK, coord::DMS_LOCK)?;
             let (slot, epoch) = coord::take_proc_slot(map, fd)?;
             Ok::<_, io::Error>((fd, process_id(slot, epoch)))
@@ -500,10 +538,24 @@ impl SharedMount {
         }
     }
 
+    /// The descriptors this process's attachment holds for itself (the image and its own
+    /// description of the coordination file), all at or above `FD_FLOOR` (10) and
+    /// close-on-exec. They change in a child after `child_after_fork`. A program that closes
+    /// descriptors it did not open must spare them.
+    pub fn internal_fds(&self) -> [RawFd; 2] {
+        [self.image_fd, self.link.fd()]
+    }
+
     /// The image file's descriptor (read-write unless mounted read-only), for mapping block
     /// runs of a file directly.
     pub fn image_fd(&self) -> RawFd {
         self.image_fd
+    }
+
+    /// Whether this process attached first (no other process was attached): it recovered
+    /// the image and removed coordination files nobody used any more.
+    pub fn was_first(&self) -> bool {
+        self.first
     }
 
     pub fn image_path(&self) -> &Path {
@@ -591,6 +643,13 @@ impl Description {
 /// See [`SharedMount::map_guard`]; dropping it releases the mark.
 pub struct MapGuard {
     fd: RawFd,
+}
+
+impl MapGuard {
+    /// Its descriptor (at or above `FD_FLOOR`, close-on-exec).
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
 }
 
 impl Drop for MapGuard {

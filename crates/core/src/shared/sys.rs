@@ -22,6 +22,32 @@ pub fn open(path: &CStr, flags: i32, mode: u32) -> io::Result<RawFd> {
         .map(|fd| fd as RawFd)
 }
 
+/// The lowest descriptor number the coordination layer keeps its own descriptors at: below
+/// it are the numbers programs pick themselves (shells redirect 0-9, `exec 3>`).
+pub const FD_FLOOR: RawFd = 10;
+
+/// Moves `fd` to the lowest free number at or above `FD_FLOOR` (close-on-exec). Keeps it
+/// where it is if that fails.
+pub fn above_floor(fd: RawFd) -> RawFd {
+    if fd >= FD_FLOOR {
+        return fd;
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor this layer owns.
+    let hi = unsafe {
+        libc::syscall(
+            libc::SYS_fcntl,
+            fd as libc::c_long,
+            libc::F_DUPFD_CLOEXEC as libc::c_long,
+            FD_FLOOR as libc::c_long,
+        )
+    };
+    if hi < 0 {
+        return fd;
+    }
+    close(fd);
+    hi as RawFd
+}
+
 pub fn close(fd: RawFd) {
     // SAFETY: closes a descriptor this layer owns.
     unsafe { libc::syscall(libc::SYS_close, fd as libc::c_long) };
