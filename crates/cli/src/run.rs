@@ -157,13 +157,30 @@ pub fn check_image(image: &Path) -> Result<(), String> {
             .is_some_and(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) == MAGIC)
     };
     if n >= 8 && (magic_at(0) || magic_at((REPLICA_BLOCK * BLOCK_SIZE) as usize)) {
-        Ok(())
+        check_not_exclusive(&f, image)
     } else {
         Err(format!(
             "{}: not an nvmfs image (no superblock); create one with `nvmfs mkfs`",
             image.display()
         ))
     }
+}
+
+/// Refuses an image that a plain mount holds (`nvmfs mount`, `fsck -y`, a benchmark): the
+/// program would start and then meet EIO on every path under the prefix. A probe of the
+/// shared lock that shared mounts take, released at once.
+fn check_not_exclusive(f: &std::fs::File, image: &Path) -> Result<(), String> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: flock on our own descriptor.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "{}: image is mounted exclusively by another process (nvmfs mount, fsck -y, a benchmark); unmount it first",
+            image.display()
+        ));
+    }
+    // SAFETY: as above.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+    Ok(())
 }
 
 /// The command to exec: PROGRAM with LD_PRELOAD and the NVMFS_* variables set.
