@@ -942,10 +942,15 @@ step_conflict() {
   }
   fuse_mount "$cmnt"
   rc=0
-  out=$(nv cat "$P/held" 2>&1) || rc=$?
+  out=$(nv bash -c 'touch "$1"; cat "$P/held"' _ "$work/program-ran" 2>&1) || rc=$?
   fuse_unmount "$cmnt"
   echo "nvmfs run while nvmfs mount serves the image: exit $rc: $out"
   [ "$rc" != 0 ] && grep -Eiq 'mounted exclusively|in use|another process' <<<"$out"
+  # Refused before the program starts, not a program meeting errors under the prefix.
+  [ ! -e "$work/program-ran" ] || {
+    echo "nvmfs run started the program although the image is mounted"
+    return 1
+  }
   [ "$(nv cat "$P/held")" = held ]
   nv rm "$P/held"
   check_image

@@ -292,7 +292,10 @@ fn explain_image_error(image: &Path, e: &io::Error) -> String {
     let shown = image.display();
     match e.kind() {
         io::ErrorKind::WouldBlock => {
-            format!("{shown} is already mounted (or being formatted) by another process")
+            format!(
+                "{shown} is already mounted or in use by another process (nvmfs mount, fsck -y, \
+                 mkfs, or programs under nvmfs run)"
+            )
         }
         io::ErrorKind::NotFound => format!("image {shown} does not exist"),
         io::ErrorKind::InvalidData => format!(
