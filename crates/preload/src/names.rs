@@ -226,6 +226,34 @@ fn rename_nv(fs: &Fs, cfg: &'static Config, a: Parent, b: Parent, flags: u32) ->
     }
 }
 
+/// The (directory, path) to hand the C library: the path the walk resolved to outside the
+/// prefix (`Some`, absolute) or the caller's own arguments.
+fn redirected(
+    resolved: &Option<std::ffi::CString>,
+    dirfd: c_int,
+    path: *const c_char,
+) -> (c_int, *const c_char) {
+    match resolved {
+        Some(c) => (libc::AT_FDCWD, c.as_ptr()),
+        None => (dirfd, path),
+    }
+}
+
+/// renameat, or renameat2 when flags are given (older kernels lack the latter).
+unsafe fn real_rename(
+    od: c_int,
+    old: *const c_char,
+    nd: c_int,
+    new: *const c_char,
+    flags: u32,
+) -> c_int {
+    if flags == 0 {
+        real::renameat(od, old, nd, new)
+    } else {
+        real::renameat2(od, old, nd, new, flags)
+    }
+}
+
 unsafe fn rename_common(
     od: c_int,
     old: *const c_char,
@@ -233,13 +261,7 @@ unsafe fn rename_common(
     new: *const c_char,
     flags: u32,
 ) -> c_int {
-    let pass = || {
-        if flags == 0 {
-            real::renameat(od, old, nd, new)
-        } else {
-            real::renameat2(od, old, nd, new, flags)
-        }
-    };
+    let pass = || real_rename(od, old, nd, new, flags);
     let Some(cfg) = active_cfg() else {
         return pass();
     };
@@ -269,19 +291,9 @@ unsafe fn rename_common(
         Err(e) => ret_int(Err(e)),
         Ok(Ren::Done(r)) => ret_int(r),
         Ok(Ren::Real(a, b)) => {
-            let (od, old) = match &a {
-                Some(c) => (libc::AT_FDCWD, c.as_ptr()),
-                None => (od, old),
-            };
-            let (nd, new) = match &b {
-                Some(c) => (libc::AT_FDCWD, c.as_ptr()),
-                None => (nd, new),
-            };
-            if flags == 0 {
-                real::renameat(od, old, nd, new)
-            } else {
-                real::renameat2(od, old, nd, new, flags)
-            }
+            let (od, old) = redirected(&a, od, old);
+            let (nd, new) = redirected(&b, nd, new);
+            real_rename(od, old, nd, new, flags)
         }
     }
 }
@@ -657,14 +669,8 @@ unsafe fn link_common(
         Err(e) => ret_int(Err(e)),
         Ok(L::Done) => 0,
         Ok(L::Real(a, b)) => {
-            let (od, old) = match &a {
-                Some(c) => (libc::AT_FDCWD, c.as_ptr()),
-                None => (od, old),
-            };
-            let (nd, new) = match &b {
-                Some(c) => (libc::AT_FDCWD, c.as_ptr()),
-                None => (nd, new),
-            };
+            let (od, old) = redirected(&a, od, old);
+            let (nd, new) = redirected(&b, nd, new);
             real::linkat(od, old, nd, new, flags)
         }
     }

@@ -295,14 +295,7 @@ impl Fs {
             shared.as_ref().map(|p| p.peers.clone()),
         );
         if !inner.read_only {
-            for &ino in &scan.orphans {
-                // A description inherited across an exec may still hold it (shared mounts).
-                if inner.peers.as_ref().is_some_and(|p| p.open_anywhere(ino)) {
-                    continue;
-                }
-                inner.free_inode(ino)?;
-                report.orphans_freed += 1;
-            }
+            report.orphans_freed = inner.free_unheld_orphans(&scan.orphans)?;
             let mut st = state.unwrap_or_default();
             st.state = STATE_MOUNTED;
             st.mount_count += 1;

@@ -114,15 +114,25 @@ impl Inner {
         self.forget_all_dirs();
         let scan = scan_inodes(&self.pm, &self.geo).map_err(corrupt_to_io)?;
         self.inodes.rebuild(scan.free.into_iter());
-        for ino in scan.orphans {
-            if self.open.is_open(ino) || self.peers.as_ref().is_some_and(|p| p.open_anywhere(ino)) {
-                continue;
-            }
-            let _g = self.stripes.write(ino);
-            self.free_inode(ino)?;
-            report.orphans_freed += 1;
-        }
+        report.orphans_freed = self.free_unheld_orphans(&scan.orphans)?;
         Ok(report)
+    }
+
+    /// Frees the orphans (in use, no links) that nothing holds open, here or in another
+    /// process (a description inherited across an exec, say): mount and recovery after a
+    /// crashed peer. Returns how many it freed.
+    pub(crate) fn free_unheld_orphans(&self, orphans: &[u32]) -> io::Result<u64> {
+        let mut freed = 0;
+        for &ino in orphans {
+            let held =
+                self.open.is_open(ino) || self.peers.as_ref().is_some_and(|p| p.open_anywhere(ino));
+            if !held {
+                let _g = self.stripes.write(ino);
+                self.free_inode(ino)?;
+                freed += 1;
+            }
+        }
+        Ok(freed)
     }
 
     /// Frees `ino` if it is an orphan (in use, no links) that nothing holds open any more.
