@@ -43,8 +43,19 @@ fn op(fs: &Fs, k: u64) -> io::Result<()> {
 pub fn child_main(image: &Path) -> io::Result<()> {
     let fs = Fs::mount(image, &MountOptions::default())?;
     let mut out = io::stdout().lock();
+    // The parent's kill delay counts from here, so that mount time does not eat it.
+    writeln!(out, "ready")?;
+    out.flush()?;
     for k in 0.. {
-        op(&fs, k)?;
+        match op(&fs, k) {
+            Ok(()) => {}
+            // A fast machine can fill the image before the kill comes: the image is still a
+            // valid crash point, so wait for the kill instead of exiting early.
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => loop {
+                std::thread::park();
+            },
+            Err(e) => return Err(e),
+        }
         writeln!(out, "ack {k}")?;
         out.flush()?;
     }
@@ -99,8 +110,10 @@ pub fn cycle(child: &mut Command, image: &Path, seed: u64) -> Result<u64, String
     Fs::format(
         image,
         &FormatOptions {
-            size_bytes: 64 << 20,
-            inode_count: Some(16_384),
+            // Sparse in /dev/shm: only what the child writes takes memory. Large enough that
+            // the longest delay (62 ms) does not fill it at ~150 operations/ms.
+            size_bytes: 256 << 20,
+            inode_count: Some(65_536),
         },
     )
     .map_err(|e| e.to_string())?;
@@ -110,10 +123,17 @@ pub fn cycle(child: &mut Command, image: &Path, seed: u64) -> Result<u64, String
         .spawn()
         .map_err(|e| format!("spawn: {e}"))?;
     let delay = Duration::from_micros(2_000 + fastrand::Rng::with_seed(seed).u64(0..60_000));
-    let stdout = proc.stdout.take().expect("piped");
+    let mut lines = BufReader::new(proc.stdout.take().expect("piped")).lines();
+    match lines.next() {
+        Some(Ok(l)) if l == "ready" => {}
+        _ => {
+            let st = proc.wait().map_err(|e| e.to_string())?;
+            return Err(format!("child did not start: {st}"));
+        }
+    }
     let reader = std::thread::spawn(move || {
         let mut acked = 0u64;
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in lines.map_while(Result::ok) {
             if let Some(k) = line
                 .strip_prefix("ack ")
                 .and_then(|k| k.parse::<u64>().ok())
