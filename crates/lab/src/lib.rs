@@ -13,3 +13,4 @@ pub mod scale;
 pub mod stats;
 pub mod study;
 pub mod targets;
+pub mod ycsb;

@@ -1,0 +1,3 @@
+//! YCSB's core workloads (A-F) against embedded databases.
+
+pub mod db;
