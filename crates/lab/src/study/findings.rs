@@ -178,7 +178,7 @@ mod tests {
             target: target.into(),
             paper_name: None,
             status: CellStatus::Ok,
-            result: Some(r),
+            result: Some(crate::study::CellResult::Filebench(r)),
             provision: None,
             wall_seconds: 0.0,
         }

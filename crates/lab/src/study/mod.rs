@@ -15,7 +15,7 @@ pub mod targets;
 
 use crate::filebench::{Progress, RunConfig, RunResult};
 use crate::stats::Summary;
-use nvm2015::{Size, StudyWorkload};
+use nvm2015::{Size, StudyWorkload, WorkloadConfig};
 use serde::Serialize;
 use std::io;
 use std::path::PathBuf;
@@ -77,7 +77,7 @@ pub struct Cell {
     pub paper_name: Option<String>,
     pub status: CellStatus,
     /// Present when the run completed (possibly stopped early).
-    pub result: Option<RunResult>,
+    pub result: Option<CellResult>,
     /// How the target was made (mkfs and mount lines, device, versions).
     pub provision: Option<serde_json::Value>,
     pub wall_seconds: f64,
@@ -94,9 +94,39 @@ pub enum CellStatus {
     Interrupted,
 }
 
+/// What a cell measured, by benchmark.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "benchmark", rename_all = "snake_case")]
+pub enum CellResult {
+    Filebench(RunResult),
+}
+
+impl CellResult {
+    /// The headline rate over the kept trials: what the figures and ratios compare.
+    pub fn ops_per_sec(&self) -> Option<Summary> {
+        match self {
+            CellResult::Filebench(r) => r.ops_per_sec,
+        }
+    }
+
+    /// Why the run ended before its limits, if it did.
+    pub fn stopped_early(&self) -> Option<&str> {
+        match self {
+            CellResult::Filebench(r) => r.stopped_early.as_deref(),
+        }
+    }
+
+    /// The Filebench run, when the cell was one.
+    pub fn filebench(&self) -> Option<&RunResult> {
+        match self {
+            CellResult::Filebench(r) => Some(r),
+        }
+    }
+}
+
 impl Cell {
     pub fn ops_per_sec(&self) -> Option<Summary> {
-        self.result.as_ref().and_then(|r| r.ops_per_sec)
+        self.result.as_ref().and_then(CellResult::ops_per_sec)
     }
 }
 
@@ -182,30 +212,23 @@ fn run_cell(
     progress: &mut dyn StudyProgress,
 ) -> Cell {
     let start = Instant::now();
-    let run_cfg = RunConfig {
-        personality: w.config.clone(),
-        trials: cfg.trials,
-        warmup_seconds: cfg.warmup_seconds,
-        run_seconds: cfg.run_seconds,
-        ops_max: cfg.ops_max,
-        seed: cfg.seed,
-    };
     let mut provision = None;
-    let outcome = StudyTarget::create(t, &cfg.shm_dir, device_bytes, &run_cfg).and_then(|target| {
-        provision = Some(target.describe());
-        let mut on_progress = |p: Progress<'_>| match p {
-            Progress::Setup(msg) => progress.note(msg),
-            Progress::Trial { index, total, tick } => {
-                progress.tick(index, total, tick.ops_per_sec, tick.measuring)
-            }
-            Progress::TrialDone(_) => {}
-        };
-        target.run_and_close(&run_cfg, interrupted, &mut on_progress)
-    });
+    let outcome = match &w.config {
+        WorkloadConfig::Filebench(f) => run_filebench_cell(
+            cfg,
+            &f.personality,
+            t,
+            device_bytes,
+            &mut provision,
+            interrupted,
+            progress,
+        )
+        .map(CellResult::Filebench),
+    };
     let status = match &outcome {
-        Ok(r) => match &r.stopped_early {
+        Ok(r) => match r.stopped_early() {
             Some(why) if why.starts_with("interrupted") => CellStatus::Interrupted,
-            Some(why) => CellStatus::StoppedEarly(why.clone()),
+            Some(why) => CellStatus::StoppedEarly(why.to_string()),
             None => CellStatus::Ok,
         },
         Err(_) if interrupted() => CellStatus::Interrupted,
@@ -220,6 +243,37 @@ fn run_cell(
         provision,
         wall_seconds: start.elapsed().as_secs_f64(),
     }
+}
+
+/// A Filebench personality on a fresh target; `provision` receives how it was made.
+fn run_filebench_cell(
+    cfg: &StudyConfig,
+    personality: &crate::filebench::PersonalityConfig,
+    t: &targets::TargetEntry,
+    device_bytes: u64,
+    provision: &mut Option<serde_json::Value>,
+    interrupted: &dyn Fn() -> bool,
+    progress: &mut dyn StudyProgress,
+) -> io::Result<RunResult> {
+    let run_cfg = RunConfig {
+        personality: personality.clone(),
+        trials: cfg.trials,
+        warmup_seconds: cfg.warmup_seconds,
+        run_seconds: cfg.run_seconds,
+        ops_max: cfg.ops_max,
+        seed: cfg.seed,
+    };
+    StudyTarget::create(t, &cfg.shm_dir, device_bytes, &run_cfg).and_then(|target| {
+        *provision = Some(target.describe());
+        let mut on_progress = |p: Progress<'_>| match p {
+            Progress::Setup(msg) => progress.note(msg),
+            Progress::Trial { index, total, tick } => {
+                progress.tick(index, total, tick.ops_per_sec, tick.measuring)
+            }
+            Progress::TrialDone(_) => {}
+        };
+        target.run_and_close(&run_cfg, interrupted, &mut on_progress)
+    })
 }
 
 #[cfg(test)]

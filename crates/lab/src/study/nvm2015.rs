@@ -45,11 +45,41 @@ pub struct StudyWorkload {
     pub id: String,
     /// The figure it belongs to (`Fig. 2`, `Fig. 3`, `Fig. 4`, or `extra`).
     pub figure: &'static str,
+    /// What runs: the benchmark and its parameters.
+    pub config: WorkloadConfig,
+}
+
+/// The benchmark of a study workload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "benchmark", rename_all = "snake_case")]
+pub enum WorkloadConfig {
+    Filebench(FilebenchWorkload),
+}
+
+/// A Filebench personality as the paper's Table I sets it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FilebenchWorkload {
     /// The paper's directory depth for this workload.
     pub paper_depth: Option<f64>,
     /// The paper's file count.
     pub paper_files: usize,
-    pub config: PersonalityConfig,
+    pub personality: PersonalityConfig,
+}
+
+impl StudyWorkload {
+    /// The Filebench personality, when the workload is one.
+    pub fn personality(&self) -> Option<&PersonalityConfig> {
+        match &self.config {
+            WorkloadConfig::Filebench(f) => Some(&f.personality),
+        }
+    }
+
+    /// [`StudyWorkload::personality`], mutable (tests and scaled runs adjust it).
+    pub fn personality_mut(&mut self) -> Option<&mut PersonalityConfig> {
+        match &mut self.config {
+            WorkloadConfig::Filebench(f) => Some(&mut f.personality),
+        }
+    }
 }
 
 /// Directory width that gives `depth` = ln(files)/ln(width) at the paper's
@@ -82,9 +112,11 @@ pub fn workloads(size: Size) -> Vec<StudyWorkload> {
         StudyWorkload {
             id: id.to_string(),
             figure,
-            paper_depth: depth,
-            paper_files: files,
-            config: c,
+            config: WorkloadConfig::Filebench(FilebenchWorkload {
+                paper_depth: depth,
+                paper_files: files,
+                personality: c,
+            }),
         }
     };
     let wp = |id: &str, depth| {
@@ -109,7 +141,7 @@ pub fn workloads(size: Size) -> Vec<StudyWorkload> {
     );
     // The paper's 3.8 is filebench's default width of 20 at 100K files
     // (ln 100000 / ln 20 = 3.84); keep that width exactly.
-    fileserver.config.dir_width = 20.0;
+    fileserver.personality_mut().expect("filebench").dir_width = 20.0;
     vec![
         fileserver,
         wp("webproxy-d0.7", 0.7),
@@ -137,7 +169,7 @@ pub fn workloads(size: Size) -> Vec<StudyWorkload> {
                 16 * KIB,
                 16 * KIB,
             );
-            w.config.threads = 16;
+            w.personality_mut().expect("filebench").threads = 16;
             w
         },
     ]
@@ -279,30 +311,31 @@ mod tests {
         let full = workloads(Size::Full);
         let quick = workloads(Size::Quick);
         assert_eq!(full.len(), quick.len());
-        let fs = &full[0].config;
+        let fs = full[0].personality().unwrap();
         assert_eq!((fs.files, fs.threads), (100_000, 50));
         assert_eq!(fs.mean_file_size_bytes, 128 * KIB);
         assert_eq!(fs.append_size_bytes, 16 * KIB);
         // Depth 3.8 at 100K files is filebench's default width of 20.
         assert_eq!(fs.dir_width, 20.0);
-        let wp07 = &full[1].config;
+        let wp07 = full[1].personality().unwrap();
         assert_eq!((wp07.files, wp07.mean_file_size_bytes), (500_000, 32 * KIB));
         assert_eq!(wp07.dir_width, 1_000_000.0);
-        let d21 = full[2].config.main_fileset().mean_depth();
-        let d34 = full[3].config.main_fileset().mean_depth();
+        let d21 = full[2].personality().unwrap().main_fileset().mean_depth();
+        let d34 = full[3].personality().unwrap().main_fileset().mean_depth();
         assert!(
             (d21 - 2.1).abs() < 0.01 && (d34 - 3.4).abs() < 0.01,
             "{d21} {d34}"
         );
-        let ws = &full[4].config;
+        let ws = full[4].personality().unwrap();
         assert!((ws.main_fileset().mean_depth() - 2.5).abs() < 0.01);
         assert_eq!(ws.append_size_bytes, 8 * KIB);
         for (q, f) in quick.iter().zip(&full).filter(|(q, _)| q.figure != "extra") {
-            assert_eq!(q.config.files * 50, f.config.files, "{}", q.id);
-            assert_eq!(q.config.dir_width, f.config.dir_width);
-            assert_eq!(q.config.mean_file_size_bytes, f.config.mean_file_size_bytes);
-            assert_eq!(q.config.threads, f.config.threads);
-            q.config.validate().unwrap();
+            let (q, f) = (q.personality().unwrap(), f.personality().unwrap());
+            assert_eq!(q.files * 50, f.files);
+            assert_eq!(q.dir_width, f.dir_width);
+            assert_eq!(q.mean_file_size_bytes, f.mean_file_size_bytes);
+            assert_eq!(q.threads, f.threads);
+            q.validate().unwrap();
         }
     }
 

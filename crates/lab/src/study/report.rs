@@ -70,7 +70,7 @@ fn status_label(s: &CellStatus) -> String {
 }
 
 fn kept_mean(cell: &Cell, f: impl Fn(&crate::filebench::TrialResult) -> f64) -> Option<f64> {
-    let r = cell.result.as_ref()?;
+    let r = cell.result.as_ref()?.filebench()?;
     let kept: Vec<f64> = r.trials.iter().filter(|t| !t.discarded).map(f).collect();
     (!kept.is_empty()).then(|| kept.iter().sum::<f64>() / kept.len() as f64)
 }
@@ -214,7 +214,9 @@ fn trials_csv(result: &StudyResult) -> String {
         "workload,target,trial,discarded,remounted,seconds,ops,ops_per_sec,mb_per_sec,reads_per_sec,writes_per_sec,ms_per_op,cpu_user_s,cpu_system_s,machine_busy,stopped_early\n",
     );
     for c in &result.cells {
-        let Some(r) = &c.result else { continue };
+        let Some(r) = c.result.as_ref().and_then(|r| r.filebench()) else {
+            continue;
+        };
         for t in &r.trials {
             let _ = writeln!(
                 s,

@@ -58,7 +58,7 @@ pub fn is_kernel_variant(name: &str) -> bool {
 /// 8 GiB so that XFS can have many allocation groups (the paper's 464 needs
 /// 30 GiB). The devices are sparse files, so only written blocks use memory.
 pub fn device_size_bytes(workloads: &[StudyWorkload]) -> u64 {
-    device_size_for(workloads.iter().map(|w| &w.config))
+    device_size_for(workloads.iter().filter_map(|w| w.personality()))
 }
 
 /// [`device_size_bytes`] for any personality configurations.

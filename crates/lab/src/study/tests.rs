@@ -117,9 +117,10 @@ fn a_failing_workload_is_reported_and_cleaned_up() {
     cfg.run_seconds = 2.0;
     cfg.ops_max = None;
     let mut w = nvm2015::workloads(Size::Quick).remove(0);
-    w.config.mean_file_size_bytes = 64 << 20;
-    w.config.files = 40;
-    w.config.prealloc_percent = 50;
+    let p = w.personality_mut().unwrap();
+    p.mean_file_size_bytes = 64 << 20;
+    p.files = 40;
+    p.prealloc_percent = 50;
     let t = targets::discover(kernel::MIN_DEVICE_BYTES, &["ext4".into()]).unwrap();
     let cell = run_cell(
         &cfg,
@@ -158,7 +159,7 @@ fn fuse_and_dir_targets_run_and_leave_nothing() {
     assert_eq!(result.cells.len(), wanted.len());
     for c in &result.cells {
         assert_eq!(c.status, CellStatus::Ok, "{} on {}", c.workload, c.target);
-        let r = c.result.as_ref().unwrap();
+        let r = c.result.as_ref().unwrap().filebench().unwrap();
         // FUSE is remounted between trials; a directory the lab did not mount is not.
         let remounted = r.trials.iter().any(|t| t.remounted);
         assert_eq!(remounted, c.target == targets::FUSE_NAME, "{}", c.target);
