@@ -221,6 +221,21 @@ impl LabTarget for KernelTarget {
     }
 }
 
+/// The size of a fresh nvmfs image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageSpec {
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+/// Where a target keeps files (see [`StudyTarget::place`]).
+pub enum Place<'a> {
+    /// The nvmfs library in-process, on this mounted image.
+    Nvmfs(&'a nvmfs::Fs),
+    /// A directory, through system calls.
+    Dir(&'a Path),
+}
+
 /// A provisioned target, alive for one workload.
 pub enum StudyTarget {
     Nvmfs(NvmfsTarget),
@@ -253,12 +268,26 @@ impl StudyTarget {
         )?)))
     }
 
-    /// Fresh nvmfs image or fresh mkfs; everything is removed on drop.
+    /// Fresh nvmfs image or fresh mkfs for a Filebench run; everything is removed on drop.
     pub fn create(
         t: &TargetEntry,
         shm_dir: &Path,
         device_bytes: u64,
         run: &RunConfig,
+    ) -> io::Result<StudyTarget> {
+        let image = ImageSpec {
+            bytes: nvmfs_image_bytes(run),
+            inodes: nvmfs_inodes(run),
+        };
+        StudyTarget::create_sized(t, shm_dir, device_bytes, image)
+    }
+
+    /// Fresh nvmfs image of `image`'s size or fresh mkfs of a `device_bytes` device.
+    pub fn create_sized(
+        t: &TargetEntry,
+        shm_dir: &Path,
+        device_bytes: u64,
+        image: ImageSpec,
     ) -> io::Result<StudyTarget> {
         if let Some(why) = &t.unavailable {
             return Err(io::Error::new(
@@ -269,14 +298,14 @@ impl StudyTarget {
         match &t.kind {
             Kind::Nvmfs => Ok(StudyTarget::Nvmfs(NvmfsTarget::create(
                 shm_dir.join(scratch_name(".img")),
-                nvmfs_image_bytes(run),
-                nvmfs_inodes(run),
+                image.bytes,
+                image.inodes,
             )?)),
             Kind::Fuse => Ok(StudyTarget::Fuse(Box::new(FuseTarget::create(
                 shm_dir.join(scratch_name(".img")),
                 std::env::temp_dir().join(scratch_name("-fuse")),
-                nvmfs_image_bytes(run),
-                nvmfs_inodes(run),
+                image.bytes,
+                image.inodes,
             )?))),
             Kind::Kernel(v) => {
                 let prov = Provisioned::create(v, shm_dir, device_bytes)?;
@@ -288,6 +317,28 @@ impl StudyTarget {
                 io::ErrorKind::Unsupported,
                 format!("{}: not available on this machine", t.name),
             )),
+        }
+    }
+
+    /// Where a program keeps its files on this target: the nvmfs library in-process, or
+    /// a directory reached through system calls.
+    pub fn place(&self) -> Place<'_> {
+        match self {
+            StudyTarget::Nvmfs(t) => Place::Nvmfs(t.fs()),
+            StudyTarget::Fuse(t) => Place::Dir(t.mount_point()),
+            StudyTarget::Kernel(k) => Place::Dir(k.prov.mount_point()),
+            StudyTarget::Dir(t) => Place::Dir(t.path()),
+        }
+    }
+
+    /// Drops caches between trials (see [`LabTarget::remount`]); `Ok(false)` when this
+    /// target cannot be remounted.
+    pub fn remount(&mut self) -> io::Result<bool> {
+        match self {
+            StudyTarget::Nvmfs(t) => LabTarget::remount(t),
+            StudyTarget::Fuse(t) => LabTarget::remount(t.as_mut()),
+            StudyTarget::Kernel(k) => LabTarget::remount(k.as_mut()),
+            StudyTarget::Dir(t) => LabTarget::remount(t),
         }
     }
 
