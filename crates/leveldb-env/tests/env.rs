@@ -88,7 +88,9 @@ fn missing_files_are_not_found() {
     let env = NvmfsEnv::new(image.mount());
     let codes = [
         env.open_sequential_file(p("/nope")).err().map(|s| s.code),
-        env.open_random_access_file(p("/nope")).err().map(|s| s.code),
+        env.open_random_access_file(p("/nope"))
+            .err()
+            .map(|s| s.code),
         env.size_of(p("/nope")).err().map(|s| s.code),
         env.delete(p("/nope")).err().map(|s| s.code),
         env.rename(p("/nope"), p("/other")).err().map(|s| s.code),
@@ -159,7 +161,10 @@ fn a_lock_is_held_once_per_mount() {
     other.mkdir(p("/db")).unwrap();
     // A lock is released only through its own mount.
     let stolen = rusty_leveldb::env::FileLock { id: l.id.clone() };
-    assert_eq!(other.unlock(stolen).unwrap_err().code, StatusCode::LockError);
+    assert_eq!(
+        other.unlock(stolen).unwrap_err().code,
+        StatusCode::LockError
+    );
     let ol = other.lock(p("/db/LOCK")).unwrap();
     other.unlock(ol).unwrap();
 
