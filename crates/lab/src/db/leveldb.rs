@@ -15,7 +15,7 @@
 //! compare with published LevelDB results.
 //!
 //! **Records.** key = the YCSB key; value = the fields in order, length-prefixed
-//! ([`record`]). A read decodes in the client thread; an update reads, merges the given
+//! (`leveldb/record.rs`). A read decodes in the client thread; an update reads, merges the given
 //! fields and writes the record back, as YCSB's LevelDB and RocksDB bindings do (atomic
 //! here, one request at a time); an insert writes the whole record (overwriting, as a
 //! LevelDB put does); a scan reads from an iterator seeked to the start key.
@@ -39,7 +39,7 @@ mod worker;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
 use crate::ycsb::db::{KvSession, KvStore};
@@ -95,7 +95,7 @@ impl LevelDbSettings {
 /// A LevelDB database serving YCSB sessions from its own thread.
 pub struct LevelDbStore {
     requests: Sender<Message>,
-    worker: Mutex<Option<JoinHandle<()>>>,
+    worker: Option<JoinHandle<()>>,
     description: String,
 }
 
@@ -137,24 +137,19 @@ impl LevelDbStore {
         }
         Ok(LevelDbStore {
             requests,
-            worker: Mutex::new(Some(worker)),
+            worker: Some(worker),
             description: describe(settings, &place),
         })
     }
 
     /// Closes the database (flushing its log) and stops its thread; sessions still open fail
     /// from then on. Dropping the store does the same, without the result.
-    pub fn close(self) -> io::Result<()> {
+    pub fn close(mut self) -> io::Result<()> {
         self.shut_down()
     }
 
-    fn shut_down(&self) -> io::Result<()> {
-        let Some(worker) = self
-            .worker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        else {
+    fn shut_down(&mut self) -> io::Result<()> {
+        let Some(worker) = self.worker.take() else {
             return Ok(());
         };
         let (reply, result) = mpsc::channel();
