@@ -3,9 +3,11 @@
 //! [`micro`] runs the same microbenchmark workloads on nvmfs (in-process) and
 //! on kernel file systems (through system calls) and reports ops/s and latency
 //! percentiles side by side. [`scale`] measures lookups in a directory of a million
-//! files, DRAM held and mount time.
+//! files, DRAM held and mount time. [`db`] holds the embedded databases YCSB's workloads
+//! ([`ycsb`]) run on.
 
 pub mod chart;
+pub mod db;
 pub mod filebench;
 pub mod kernel;
 pub mod micro;

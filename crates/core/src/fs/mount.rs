@@ -319,6 +319,12 @@ impl Fs {
         self.inner.unmounted.store(true, Ordering::Release);
     }
 
+    /// Whether `other` is a handle on this same mount (a clone of it), not merely on the same
+    /// image: process-wide tables kept per mount (a lock table, say) key on this.
+    pub fn same_mount(&self, other: &Fs) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The image file, if mounted from one.
     pub fn image_path(&self) -> Option<&Path> {
         self.inner.path.as_deref()
