@@ -6,6 +6,7 @@
 //! files, DRAM held and mount time.
 
 pub mod chart;
+pub mod db;
 pub mod filebench;
 pub mod kernel;
 pub mod micro;
