@@ -15,4 +15,5 @@ pub mod scale;
 pub mod stats;
 pub mod study;
 pub mod targets;
+pub mod tpcc;
 pub mod ycsb;

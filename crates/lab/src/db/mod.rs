@@ -1,5 +1,7 @@
-//! Embedded databases behind YCSB's [`KvStore`](crate::ycsb::db::KvStore) interface, each
-//! on a kernel file system or on nvmfs, so that the workloads of [`crate::ycsb`] can compare
-//! file systems under real storage engines.
+//! The embedded databases the lab runs: each opens its files either on a kernel file
+//! system (plain files in a directory) or on nvmfs (through the database's own storage
+//! hook: a SQLite VFS, a LevelDB `Env`), so the same workload code ([`crate::ycsb`],
+//! [`crate::tpcc`]) measures both.
 
 pub mod leveldb;
+pub mod sqlite;
