@@ -72,7 +72,9 @@ impl Drop for FileState {
 /// (GUARANTEES.md §1).
 ///
 /// - POWERSAFE_OVERWRITE (all media): a write stores only the bytes of its range; bytes
-///   outside it are never rewritten (GUARANTEES.md §3), so a crash cannot damage them.
+///   outside it are never rewritten (GUARANTEES.md §3), so a crash cannot damage them (on
+///   `file` media: as far as the disk keeps sectors it does not write, the unix VFS's default
+///   assumption too).
 /// - SUBPAGE_READ (all media): reads are byte-granular copies out of memory, no page cache.
 /// - SAFE_APPEND (ordered media): an extending write makes data and mappings durable, then
 ///   stores the size with one 8-byte store after a fence; after a crash the size is old or
@@ -449,7 +451,11 @@ unsafe extern "C" fn x_fetch(
             state(f)
         };
         let mount = s.slot.0.clone();
-        let in_limit = off >= 0 && amt > 0 && off + amt as i64 <= s.mmap_limit;
+        let in_limit = off >= 0
+            && amt > 0
+            && off
+                .checked_add(amt as i64)
+                .is_some_and(|end| end <= s.mmap_limit);
         let got = if in_limit {
             let mut maps = s.node.maps.lock();
             maps.fetch(

@@ -20,8 +20,8 @@
 //! ```
 //!
 //! Paths are absolute paths inside the image (a relative one is taken from "/"); a
-//! database's directory must exist. Every journal mode works: DELETE, TRUNCATE, PERSIST,
-//! MEMORY, WAL, OFF.
+//! database's directory must exist. Every journal mode works (DELETE, TRUNCATE, PERSIST,
+//! MEMORY and WAL are tested).
 //!
 //! **One process.** Locks (SHARED..EXCLUSIVE) and the WAL index live in this process's memory,
 //! shared by all its connections on a file, so connections on several threads are serialised
@@ -30,7 +30,7 @@
 //! the WAL file by the first connection after a restart.
 //!
 //! **Durability.** A transaction that committed is durable when COMMIT returns: nvmfs makes
-//! every write durable before it returns (docs/GUARANTEES.md, "SQLite on nvmfs").
+//! every write durable before it returns (docs/GUARANTEES.md §8b).
 
 mod error;
 mod fetch;

@@ -107,7 +107,7 @@ fn create_temp(fs: &Fs) -> Result<(Vec<u8>, File), c_int> {
     for _ in 0..TEMP_TRIES {
         let mut r = [0u8; 8];
         crate::vfs::fill_random(&mut r);
-        let name = format!("/.sqlite-tmp-{:016x}", u64::from_ne_bytes(r)).into_bytes();
+        let name = format!("/.sqlite-tmp-{:016x}", u64::from_le_bytes(r)).into_bytes();
         match options(true, true, true).open(fs, OsStr::from_bytes(&name)) {
             Ok(f) => return Ok((name, f)),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,

@@ -76,7 +76,7 @@ impl ShmNode {
     /// The address of region `index` of `size` bytes, allocating it (and those before it,
     /// zeroed) when `extend`; `None` if it does not exist and `extend` is false.
     pub fn map(&mut self, index: usize, size: usize, extend: bool) -> ShmResult<Option<*mut u8>> {
-        if size == 0 || size % 8 != 0 {
+        if size == 0 || !size.is_multiple_of(8) {
             return Err(ffi::SQLITE_IOERR_SHMSIZE);
         }
         if self.regions.is_empty() {

@@ -2,6 +2,7 @@
 //! image's namespace; randomness, sleep and time from the system; no loadable extensions.
 
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::hash::BuildHasher;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -148,7 +149,7 @@ unsafe extern "C" fn x_access(
             // As unixAccess: an empty regular file does not "exist" (a zero-length journal
             // is not a hot journal). nvmfs checks no permissions (GUARANTEES.md §9), so an
             // existing file is readable and writable (a read-only mount makes xOpen fall back).
-            Ok(md) => flags != ffi::SQLITE_ACCESS_EXISTS || !md.is_file() || md.len() > 0,
+            Ok(md) => flags != ffi::SQLITE_ACCESS_EXISTS || !md.is_file() || !md.is_empty(),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => false,
             Err(e) => return io_code(&e, ffi::SQLITE_IOERR_ACCESS),
         };
@@ -215,8 +216,9 @@ unsafe extern "C" fn x_dl_sym(
 
 unsafe extern "C" fn x_dl_close(_vfs: *mut ffi::sqlite3_vfs, _h: *mut c_void) {}
 
-/// Fills `buf` from the kernel's random source (getrandom), falling back to the clock and
-/// address-space entropy if it is unavailable.
+/// Fills `buf` from the kernel's random source (getrandom(2)). Should that fail, std's
+/// randomly keyed hasher over a counter fills the rest: SQLite wants randomness for its PRNG
+/// seed and temporary names, not for secrets.
 pub(crate) fn fill_random(buf: &mut [u8]) {
     let mut done = 0;
     while done < buf.len() {
@@ -227,18 +229,10 @@ pub(crate) fn fill_random(buf: &mut [u8]) {
         }
         done += n as usize;
     }
-    if done < buf.len() {
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos() as u64
-            ^ (buf.as_ptr() as u64).rotate_left(32);
-        for (i, b) in buf[done..].iter_mut().enumerate() {
-            *b = (seed
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                .rotate_left(i as u32 % 64)
-                >> 56) as u8;
-        }
+    let keys = std::collections::hash_map::RandomState::new();
+    for (i, chunk) in buf[done..].chunks_mut(8).enumerate() {
+        let word = keys.hash_one(i).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
     }
 }
 
