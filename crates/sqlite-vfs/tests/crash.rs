@@ -58,13 +58,14 @@ fn create(db: &Connection, mode: &str) {
 
 /// Mounts `image` as after a crash, opens `db` through a new VFS and returns its rows after
 /// checking the database's integrity; fsck of the image after SQLite's recovery is clean.
-fn recover(image: &[u8], db: &str) -> Result<State, String> {
+/// `vfs` names the VFS registered for the time of the check (a name can serve one mount at a
+/// time, and is reused image after image).
+fn recover(image: &[u8], db: &str, vfs: &str) -> Result<State, String> {
     let fs = Fs::mount_pm(Pm::from_bytes(image), &MountOptions::default(), None, None)
         .map_err(|e| format!("mount: {e}"))?;
-    let vfs = unique_name("recover");
-    nvmfs_sqlite::register(fs.clone(), &vfs).unwrap();
+    nvmfs_sqlite::register(fs.clone(), vfs).unwrap();
     let result = (|| {
-        let conn = nvmfs_sqlite::open(&vfs, db, OpenFlags::SQLITE_OPEN_READ_WRITE)
+        let conn = nvmfs_sqlite::open(vfs, db, OpenFlags::SQLITE_OPEN_READ_WRITE)
             .map_err(|e| format!("open: {e}"))?;
         let check: String = conn
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
@@ -74,7 +75,7 @@ fn recover(image: &[u8], db: &str) -> Result<State, String> {
         }
         Ok(state(&conn))
     })();
-    nvmfs_sqlite::unregister(&vfs).unwrap();
+    nvmfs_sqlite::unregister(vfs).unwrap();
     let r = check_pm(&Pm::from_bytes(&fs.snapshot()));
     if !r.is_clean() {
         return Err(format!("fsck after recovery: {:?}", r.problems));
@@ -106,7 +107,8 @@ fn snapshot_mid_transaction(mode: &str) {
     db.execute_batch("COMMIT").unwrap();
     drop(db);
 
-    assert_eq!(recover(&snap, "/data/c.db").unwrap(), committed);
+    let vfs = unique_name("recover");
+    assert_eq!(recover(&snap, "/data/c.db", &vfs).unwrap(), committed);
     img.finish();
 }
 
@@ -158,6 +160,7 @@ fn every_fence(mode: &str, ops: &[&dyn Fn(&Connection)]) -> (usize, usize) {
         "stores not durable when an operation returned: {lost:?}"
     );
     let mut seen = HashSet::new();
+    let recover_vfs = unique_name("recover");
     let mut images = 0;
     let mut failures = Vec::new();
     // Images of an operation that changes rows, recovered to the state before / after it.
@@ -170,7 +173,7 @@ fn every_fence(mode: &str, ops: &[&dyn Fn(&Connection)]) -> (usize, usize) {
             let verdict = if !r.is_clean() {
                 Err(format!("fsck before mount: {:?}", r.problems))
             } else {
-                recover(img, "/data/c.db").and_then(|s| {
+                recover(img, "/data/c.db", &recover_vfs).and_then(|s| {
                     if before != after {
                         outcomes[(&s == after) as usize] += 1;
                     }

@@ -158,7 +158,7 @@ impl DirectMap {
         let start = self.blocks[(off / BLOCK_SIZE) as usize] + off % BLOCK_SIZE;
         let consecutive = pieces(off, len)
             .all(|p| self.blocks[p.lblk as usize] + p.in_blk as u64 == start + p.at as u64);
-        consecutive.then(|| self.fs.inner.pm.bytes(start, len).as_ptr())
+        consecutive.then(|| self.fs.inner.pm.addr(start, len))
     }
 
     /// `msync` of `[off, off + len)` for stores that did not go through `store` (a program's
