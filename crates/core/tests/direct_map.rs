@@ -454,3 +454,40 @@ fn random_mix_against_a_model() {
         assert_fsck_clean(&fs);
     }
 }
+
+#[test]
+fn as_ptr_points_at_the_file_bytes_in_the_media() {
+    let fs = mem_fs(16, 256);
+    let f = rw(&fs, "/f");
+    let len = 2 * BS as usize + 300;
+    let data = pattern(len, 7);
+    f.write_all_at(&data, 0).unwrap();
+    let m = f.map_direct().unwrap();
+    // SAFETY (of the reads below): the map is alive and nothing writes the file meanwhile.
+    let read = |off: u64, n: usize| {
+        m.as_ptr(off, n)
+            .map(|p| unsafe { std::slice::from_raw_parts(p, n) }.to_vec())
+    };
+    assert_eq!(read(0, 10).unwrap(), &data[..10]);
+    assert_eq!(
+        read(BS, BS as usize).unwrap(),
+        &data[BS as usize..2 * BS as usize]
+    );
+    assert_eq!(read(len as u64 - 5, 5).unwrap(), &data[len - 5..]);
+    // Outside [0, len) or empty: none.
+    assert!(m.as_ptr(len as u64 - 5, 6).is_none());
+    assert!(m.as_ptr(0, 0).is_none());
+    // Across a block boundary: a pointer only when the blocks are physically consecutive.
+    let offs = m.block_offsets();
+    match read(BS - 8, 16) {
+        Some(v) => {
+            assert_eq!(offs[1], offs[0] + BS);
+            assert_eq!(v, &data[BS as usize - 8..BS as usize + 8]);
+        }
+        None => assert_ne!(offs[1], offs[0] + BS),
+    }
+    // A write through the file is visible through the pointer (same media bytes).
+    let p = m.as_ptr(100, 4).unwrap();
+    f.write_all_at(b"wxyz", 100).unwrap();
+    assert_eq!(unsafe { std::slice::from_raw_parts(p, 4) }, b"wxyz");
+}

@@ -140,6 +140,27 @@ impl DirectMap {
         &self.blocks
     }
 
+    /// The address of `[off, off + len)` of the file in this process's mapping of the media,
+    /// if the range is inside `[0, len)` and its blocks are physically consecutive (a range
+    /// inside one block always is): the pointer a DAX `mmap` would give, for callers that read
+    /// the file's bytes in place (execute-in-place, the SQLite VFS's `xFetch`). `None`
+    /// otherwise, and for an empty range.
+    ///
+    /// The address stays mapped while any handle on this mount lives. The blocks stay this
+    /// file's while the map lives (the safety rule in the module docs); once it is dropped, a
+    /// truncate may free them and the bytes there may then belong to another file. Reads
+    /// through the pointer take no lock: the caller keeps writers of the range away (as a
+    /// program does with a mapping) or tolerates seeing a write in progress.
+    pub fn as_ptr(&self, off: u64, len: usize) -> Option<*const u8> {
+        if len == 0 || self.check_range(off, len).is_err() {
+            return None;
+        }
+        let start = self.blocks[(off / BLOCK_SIZE) as usize] + off % BLOCK_SIZE;
+        let consecutive = pieces(off, len)
+            .all(|p| self.blocks[p.lblk as usize] + p.in_blk as u64 == start + p.at as u64);
+        consecutive.then(|| self.fs.inner.pm.addr(start, len))
+    }
+
     /// `msync` of `[off, off + len)` for stores that did not go through `store` (a program's
     /// own stores into a mapping of `block_offsets`): writes back every line of the range,
     /// stamps mtime and ctime, and fences. `EFAULT` outside `[0, len)`.

@@ -330,6 +330,11 @@ impl Fs {
         self.inner.path.as_deref()
     }
 
+    /// How durable the mapped image is (`shm`, `dax`, `file` or `memory`; GUARANTEES.md §1).
+    pub fn media_mode(&self) -> crate::media::MediaMode {
+        self.inner.pm.mode()
+    }
+
     /// The superblock in use.
     pub fn superblock(&self) -> &Superblock {
         &self.inner.sb

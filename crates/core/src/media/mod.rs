@@ -133,6 +133,15 @@ impl Pm {
         unsafe { self.base.add(off as usize) }
     }
 
+    /// The address of the `len` bytes at `off`, checked against the region, for readers that
+    /// work through raw pointers without holding the file system's locks
+    /// (`DirectMap::as_ptr`): no Rust reference to the bytes is formed.
+    #[inline]
+    pub(crate) fn addr(&self, off: u64, len: usize) -> *const u8 {
+        self.check(off, len);
+        self.ptr(off)
+    }
+
     /// Borrow `len` bytes at `off`. The caller holds the lock that keeps writers out.
     #[inline]
     pub fn bytes(&self, off: u64, len: usize) -> &[u8] {
