@@ -150,7 +150,8 @@ impl study::StudyProgress for Progress {
                     CellStatus::StoppedEarly(why) => format!(" (stopped early: {why})"),
                     _ => String::new(),
                 };
-                format!("{:.0} ops/s{ci}{early}", s.mean)
+                let metric = cell.result.as_ref().map_or("ops/s", |r| r.metric());
+                format!("{:.0} {metric}{ci}{early}", s.mean)
             }
             (CellStatus::StoppedEarly(why), None) => format!("stopped early: {why}"),
             (_, None) => "no result".into(),
@@ -184,11 +185,14 @@ fn config(args: &Args) -> Result<StudyConfig, String> {
     cfg.only_workloads = args.workloads.clone();
     cfg.baseline = args.baseline.clone();
     cfg.shm_dir = args.shm_dir.clone();
+    // --trials, --seconds and --warmup set the database workloads' phases too.
     if let Some(t) = args.trials {
         cfg.trials = t;
+        cfg.db.trials = t;
     }
     if let Some(s) = args.seconds {
         cfg.run_seconds = s;
+        cfg.db.run_seconds = s;
     }
     if let Some(n) = args.ops {
         if n == 0 {
@@ -198,6 +202,7 @@ fn config(args: &Args) -> Result<StudyConfig, String> {
     }
     if let Some(s) = args.warmup {
         cfg.warmup_seconds = s;
+        cfg.db.warmup_seconds = s;
     }
     if cfg.trials == 0 || cfg.trials > 100 {
         return Err(format!("--trials must be 1..=100, got {}", cfg.trials));

@@ -3,5 +3,6 @@
 //! hook: a SQLite VFS, a LevelDB `Env`), so the same workload code ([`crate::ycsb`],
 //! [`crate::tpcc`]) measures both.
 
+pub mod home;
 pub mod leveldb;
 pub mod sqlite;

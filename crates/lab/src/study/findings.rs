@@ -2,7 +2,7 @@
 //! between two variants on one workload, and the run rules decide whether
 //! this run shows the same direction with a significant difference.
 
-use super::nvm2015::{self, Finding};
+use super::nvm2015::{self, Finding, Metric};
 use super::targets::matches_name;
 use super::Cell;
 use crate::stats::{compare, Summary};
@@ -33,6 +33,7 @@ impl Verdict {
 #[derive(Debug, Clone, Serialize)]
 pub struct RatioCheck {
     pub workload: String,
+    pub metric: Metric,
     pub a: String,
     pub b: String,
     pub paper: Option<f64>,
@@ -52,20 +53,33 @@ pub struct FindingCheck {
     pub likely_reason: Option<String>,
 }
 
-fn summary_of<'a>(cells: &'a [Cell], workload: &str, target: &str) -> Option<(&'a str, Summary)> {
-    cells
+fn summary_of<'a>(
+    cells: &'a [Cell],
+    workload: &str,
+    target: &str,
+    metric: Metric,
+) -> Option<(&'a str, Summary)> {
+    let cell = cells
         .iter()
-        .find(|c| c.workload == workload && matches_name(&c.target, target))
-        .and_then(|c| c.ops_per_sec().map(|s| (c.target.as_str(), s)))
+        .find(|c| c.workload == workload && matches_name(&c.target, target))?;
+    let s = match metric {
+        Metric::OpsPerSec => cell.ops_per_sec(),
+        Metric::Latency(op) => cell
+            .result
+            .as_ref()
+            .and_then(|r| r.database())
+            .and_then(|d| d.latency(op)),
+    }?;
+    Some((cell.target.as_str(), s))
 }
 
 fn check_ratio(cells: &[Cell], r: &nvm2015::PaperRatio, no_difference: bool) -> RatioCheck {
-    let a = summary_of(cells, r.workload, r.a);
-    let b = summary_of(cells, r.workload, r.b);
+    let a = summary_of(cells, r.workload, r.a, r.metric);
+    let b = summary_of(cells, r.workload, r.b, r.metric);
     let (measured, significant, verdict) = match (a, b) {
         (Some((_, sa)), Some((_, sb))) => {
             let c = compare(&sa, &sb);
-            let right_way = if r.expect_faster {
+            let right_way = if r.expect_above_one {
                 c.ratio > 1.0
             } else {
                 c.ratio < 1.0
@@ -87,6 +101,7 @@ fn check_ratio(cells: &[Cell], r: &nvm2015::PaperRatio, no_difference: bool) -> 
     };
     RatioCheck {
         workload: r.workload.to_string(),
+        metric: r.metric,
         a: a.map_or(r.a, |x| x.0).to_string(),
         b: b.map_or(r.b, |x| x.0).to_string(),
         paper: r.paper,

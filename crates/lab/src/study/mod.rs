@@ -7,6 +7,7 @@
 //! trial discarded, 95% intervals), then [`report`] writes the results
 //! directory and [`findings`] checks the paper's claims against the run.
 
+pub mod database;
 pub mod env;
 pub mod findings;
 pub mod nvm2015;
@@ -43,6 +44,18 @@ pub struct StudyConfig {
     /// Charts are normalised to this target.
     pub baseline: String,
     pub seed: u64,
+    /// Trials and phase lengths of the database workloads (YCSB, TPC-C).
+    pub db: DbPhases,
+}
+
+/// Trial count and lengths of the database cells. A YCSB trial has two phases of
+/// `run_seconds` each (flat out, then at the fixed offered load); a TPC-C trial one of twice
+/// that, so both take about as long as a Filebench trial of the same size.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DbPhases {
+    pub trials: usize,
+    pub warmup_seconds: f64,
+    pub run_seconds: f64,
 }
 
 impl StudyConfig {
@@ -52,6 +65,24 @@ impl StudyConfig {
             Size::Quick => (4, 0.3, 1.0),
             Size::Default => (4, 1.0, 5.0),
             Size::Full => (5, 5.0, 30.0),
+        };
+        // 84 database cells: a quick run keeps them to about 4 s each.
+        let db = match size {
+            Size::Quick => DbPhases {
+                trials: 3,
+                warmup_seconds: 0.2,
+                run_seconds: 0.5,
+            },
+            Size::Default => DbPhases {
+                trials: 4,
+                warmup_seconds: 0.5,
+                run_seconds: 2.5,
+            },
+            Size::Full => DbPhases {
+                trials: 5,
+                warmup_seconds: 2.0,
+                run_seconds: 15.0,
+            },
         };
         StudyConfig {
             size,
@@ -65,6 +96,7 @@ impl StudyConfig {
             out_dir,
             baseline: "ext4".into(),
             seed: 2015,
+            db,
         }
     }
 }
@@ -99,6 +131,8 @@ pub enum CellStatus {
 #[serde(tag = "benchmark", rename_all = "snake_case")]
 pub enum CellResult {
     Filebench(RunResult),
+    /// YCSB or TPC-C.
+    Database(database::DbResult),
 }
 
 impl CellResult {
@@ -106,6 +140,7 @@ impl CellResult {
     pub fn ops_per_sec(&self) -> Option<Summary> {
         match self {
             CellResult::Filebench(r) => r.ops_per_sec,
+            CellResult::Database(r) => r.ops_per_sec,
         }
     }
 
@@ -113,6 +148,7 @@ impl CellResult {
     pub fn stopped_early(&self) -> Option<&str> {
         match self {
             CellResult::Filebench(r) => r.stopped_early.as_deref(),
+            CellResult::Database(r) => r.stopped_early.as_deref(),
         }
     }
 
@@ -120,6 +156,23 @@ impl CellResult {
     pub fn filebench(&self) -> Option<&RunResult> {
         match self {
             CellResult::Filebench(r) => Some(r),
+            CellResult::Database(_) => None,
+        }
+    }
+
+    /// The YCSB or TPC-C run, when the cell was one.
+    pub fn database(&self) -> Option<&database::DbResult> {
+        match self {
+            CellResult::Database(r) => Some(r),
+            CellResult::Filebench(_) => None,
+        }
+    }
+
+    /// What [`CellResult::ops_per_sec`] counts.
+    pub fn metric(&self) -> &'static str {
+        match self {
+            CellResult::Filebench(_) => "ops/s",
+            CellResult::Database(r) => r.metric,
         }
     }
 }
@@ -156,14 +209,21 @@ pub fn run_nvm2015(
     progress: &mut dyn StudyProgress,
 ) -> io::Result<StudyResult> {
     let start = Instant::now();
-    let workloads: Vec<StudyWorkload> = nvm2015::workloads(cfg.size)
+    let workloads: Vec<StudyWorkload> = nvm2015::all_workloads(cfg.size)
         .into_iter()
         .filter(|w| cfg.only_workloads.is_empty() || cfg.only_workloads.contains(&w.id))
         .collect();
     if workloads.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "no workload selected; known: fileserver, webproxy-d0.7, webproxy-d2.1, webproxy-d3.4, webserver, varmail",
+            format!(
+                "no workload selected; known: {}",
+                nvm2015::all_workloads(cfg.size)
+                    .iter()
+                    .map(|w| w.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         ));
     }
     let device_bytes = targets::device_size_bytes(&workloads);
@@ -224,6 +284,14 @@ fn run_cell(
             progress,
         )
         .map(CellResult::Filebench),
+        WorkloadConfig::Ycsb(y) => {
+            database::run_ycsb_cell(y, t, &db_rules(cfg, device_bytes), &mut provision, interrupted, progress)
+                .map(CellResult::Database)
+        }
+        WorkloadConfig::Tpcc(c) => {
+            database::run_tpcc_cell(c, t, &db_rules(cfg, device_bytes), &mut provision, interrupted, progress)
+                .map(CellResult::Database)
+        }
     };
     let status = match &outcome {
         Ok(r) => match r.stopped_early() {
@@ -242,6 +310,18 @@ fn run_cell(
         result: outcome.ok(),
         provision,
         wall_seconds: start.elapsed().as_secs_f64(),
+    }
+}
+
+/// The run rules of a database cell.
+fn db_rules(cfg: &StudyConfig, device_bytes: u64) -> database::Rules<'_> {
+    database::Rules {
+        trials: cfg.db.trials,
+        warmup_seconds: cfg.db.warmup_seconds,
+        run_seconds: cfg.db.run_seconds,
+        seed: cfg.seed,
+        shm_dir: &cfg.shm_dir,
+        device_bytes,
     }
 }
 
