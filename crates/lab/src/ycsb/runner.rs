@@ -17,9 +17,10 @@
 //! when `interrupted()` returns true, or at the first database error. The first three return
 //! the measurements so far; an error stops every thread and is returned.
 
+use super::client::{Client, Workload};
 use super::db::{KvSession, KvStore};
 use super::measure::{Measurements, OpStats};
-use super::workload::{Client, CoreWorkload, Workload};
+use super::workload::CoreWorkload;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io;

@@ -2,6 +2,7 @@
 //! value formats and operation mixes, and of the runner's phases, throttle and stopping.
 //! Every random test uses a fixed seed, so a failure repeats.
 
+use super::client::*;
 use super::db::{KvSession, KvStore};
 use super::generator::*;
 use super::measure::OpKind;
