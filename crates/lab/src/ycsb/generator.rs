@@ -157,6 +157,10 @@ impl AcknowledgedCounterGenerator {
             }
             self.limit_end.store(end, Ordering::SeqCst);
             drop(guard);
+            // An acknowledger of `end` sets its flag, then tries the lock. Either its flag is
+            // seen here (all SeqCst), or its store comes after this load and so its try_lock
+            // after our unlock: one of the two moves the limit over it. (Not caught by a
+            // stress test: the window is a few instructions wide.)
             let next = &self.window[(end & ACK_WINDOW_MASK) as usize];
             if !next.load(Ordering::SeqCst) {
                 return;

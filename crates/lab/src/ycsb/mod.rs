@@ -7,8 +7,9 @@
 //! - [`generator`]: YCSB's number generators — counters (plain and acknowledged, shared
 //!   between threads), Zipfian, scrambled Zipfian, skewed latest, uniform, hotspot and the
 //!   discrete operation chooser — and `fnvhash64`.
-//! - [`workload`]: CoreWorkload's properties and the presets A-F ([`CoreWorkload`]), key
-//!   names and values as YCSB builds them, and the per-thread operation step.
+//! - [`workload`]: CoreWorkload's properties and the presets A-F ([`CoreWorkload`]).
+//! - [`client`]: the generators built from them, key names and values as YCSB builds them,
+//!   and the per-thread operation step (choose the operation and key, do it, time it).
 //! - [`measure`]: per-operation HDR latency histograms (YCSB's measurement series).
 //! - [`runner`]: the load and run phases over N threads, flat out or at a target throughput,
 //!   with a time limit and an interrupt check; results as [`PhaseResult`].
@@ -17,6 +18,7 @@
 //! Typical use: `let w = CoreWorkload::preset('a')?;` then [`runner::load`] and
 //! [`runner::run`] on the same store with the same workload.
 
+pub mod client;
 pub mod db;
 pub mod generator;
 pub mod measure;

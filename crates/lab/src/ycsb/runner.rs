@@ -17,9 +17,10 @@
 //! when `interrupted()` returns true, or at the first database error. The first three return
 //! the measurements so far; an error stops every thread and is returned.
 
+use super::client::{Client, Workload};
 use super::db::{KvSession, KvStore};
 use super::measure::{Measurements, OpStats};
-use super::workload::{Client, CoreWorkload, Workload};
+use super::workload::CoreWorkload;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io;
@@ -116,6 +117,8 @@ pub struct PhaseResult {
     /// Ended by the time limit.
     pub timed_out: bool,
     /// Per YCSB series (`READ`, `READ-FAILED`, `READ-MODIFY-WRITE`, ...), non-empty ones only.
+    /// Latencies run from each operation's actual start (YCSB's default), not its scheduled
+    /// start under a target.
     pub per_op: BTreeMap<String, OpStats>,
 }
 
@@ -193,6 +196,15 @@ struct Control {
     coordinator: Thread,
 }
 
+/// Asks the client threads to stop when dropped (during unwinding).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// What a client thread hands back.
 struct ThreadOutcome {
     measurements: Measurements,
@@ -224,7 +236,10 @@ fn run_phase<S: KvStore>(
                 scope.spawn(move || client_thread(store, workload, *plan, control))
             })
             .collect();
+        // Should a hook panic, the scope still waits for the threads: stop them first.
+        let stop_on_unwind = StopOnDrop(&control.stop);
         let ended = supervise(&handles, &control, options, start, hooks);
+        std::mem::forget(stop_on_unwind);
         let outcomes: Vec<_> = handles
             .into_iter()
             .map(|h| {
