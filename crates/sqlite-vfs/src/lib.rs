@@ -46,6 +46,7 @@ mod vfs;
 use std::io;
 
 pub use registry::Stats;
+/// The rusqlite this crate opens connections with (its `Connection` and `OpenFlags`).
 pub use rusqlite;
 
 /// Registers a SQLite VFS named `name` that keeps its files in the image `fs` is mounted on

@@ -85,7 +85,8 @@ fn mount_id(fs: &Fs) -> usize {
     fs.superblock() as *const _ as usize
 }
 
-/// Which SQLITE_IOCAP_* flags the image's media really give (see `file::iocaps`).
+/// The state of a new registration on `fs`; its files' SQLITE_IOCAP_* flags follow the
+/// image's media (see `file::iocaps`).
 fn new_mount(fs: Fs, name: CString) -> Mount {
     let geo = &fs.superblock().geo;
     let image_end = geo.total_blocks * nvmfs::layout::BLOCK_SIZE;
