@@ -183,6 +183,20 @@ fn ycsb_on(
     let setup_seconds = t0.elapsed().as_secs_f64();
     let mut trials = Vec::new();
     let mut stopped_early = None;
+    // Every phase continues the key space where the last one left it (D and E insert), as
+    // if it were YCSB's run phase after a load of that many records.
+    let mut core = core.clone();
+    let fields = core.field_count;
+    let mut phase = |store: &crate::db::sqlite::SqliteStore,
+                     target_ops: Option<f64>,
+                     secs: f64,
+                     seed: u64|
+     -> io::Result<runner::PhaseResult> {
+        let opts = run_options(w.threads, target_ops, Some(secs), seed);
+        let r = runner::run(store, &core, &opts, interrupted, &mut |_| {})?;
+        core.record_count += r.count("INSERT");
+        Ok(r)
+    };
     for index in 0..rules.trials {
         if interrupted() {
             stopped_early = Some("interrupted".to_string());
@@ -190,22 +204,19 @@ fn ycsb_on(
         }
         let remounted = index > 0 && target.remount()?;
         let db = home_of(target).sqlite("ycsb.db", &w.sqlite)?;
-        let store = db.usertable(core.field_count)?;
+        let store = db.usertable(fields)?;
         let seed = rules.seed ^ (index as u64 + 1);
         if rules.warmup_seconds > 0.0 {
-            let opts = run_options(w.threads, None, Some(rules.warmup_seconds), seed ^ 0x57);
-            runner::run(&store, core, &opts, interrupted, &mut |_| {})?;
+            phase(&store, None, rules.warmup_seconds, seed ^ 0x57)?;
         }
-        let opts = run_options(w.threads, None, Some(rules.run_seconds), seed);
-        let max = runner::run(&store, core, &opts, interrupted, &mut |_| {})?;
+        let max = phase(&store, None, rules.run_seconds, seed)?;
         progress.tick(index, rules.trials, max.ops_per_sec, true);
-        let opts = run_options(
-            w.threads,
+        let fixed = phase(
+            &store,
             Some(w.fixed_load_ops_per_sec),
-            Some(rules.run_seconds),
+            rules.run_seconds,
             seed ^ 0xf1,
-        );
-        let fixed = runner::run(&store, core, &opts, interrupted, &mut |_| {})?;
+        )?;
         drop(store);
         db.close()?;
         trials.push(DbTrial {

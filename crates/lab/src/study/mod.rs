@@ -284,14 +284,24 @@ fn run_cell(
             progress,
         )
         .map(CellResult::Filebench),
-        WorkloadConfig::Ycsb(y) => {
-            database::run_ycsb_cell(y, t, &db_rules(cfg, device_bytes), &mut provision, interrupted, progress)
-                .map(CellResult::Database)
-        }
-        WorkloadConfig::Tpcc(c) => {
-            database::run_tpcc_cell(c, t, &db_rules(cfg, device_bytes), &mut provision, interrupted, progress)
-                .map(CellResult::Database)
-        }
+        WorkloadConfig::Ycsb(y) => database::run_ycsb_cell(
+            y,
+            t,
+            &db_rules(cfg, device_bytes),
+            &mut provision,
+            interrupted,
+            progress,
+        )
+        .map(CellResult::Database),
+        WorkloadConfig::Tpcc(c) => database::run_tpcc_cell(
+            c,
+            t,
+            &db_rules(cfg, device_bytes),
+            &mut provision,
+            interrupted,
+            progress,
+        )
+        .map(CellResult::Database),
     };
     let status = match &outcome {
         Ok(r) => match r.stopped_early() {

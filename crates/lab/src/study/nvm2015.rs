@@ -2,8 +2,8 @@
 //! Filebench part (Table I; Figs. 2-4) and the findings a run can check.
 
 use super::database::{self, TpccWorkload, YcsbWorkload};
-use crate::tpcc::Scale;
 use crate::filebench::{Personality, PersonalityConfig, SizeDist};
+use crate::tpcc::Scale;
 use serde::Serialize;
 
 const KIB: u64 = 1024;

@@ -4,6 +4,7 @@
 
 use super::env::Environment;
 use super::findings::{self, FindingCheck};
+use super::nvm2015::{StudyWorkload, WorkloadConfig};
 use super::targets::matches_name;
 use super::{Cell, CellStatus, StudyResult};
 use crate::chart::{self, Bar, BarChart, Series};
@@ -14,7 +15,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// Identifies the JSON layout of `results.json`.
-pub const SCHEMA: &str = "nvmfs-lab/study-nvm-2015/v1";
+pub const SCHEMA: &str = "nvmfs-lab/study-nvm-2015/v2";
 
 /// One row of the results table.
 #[derive(Debug, Clone, Serialize)]
@@ -23,6 +24,8 @@ pub struct Row {
     pub target: String,
     pub paper_name: Option<String>,
     pub status: String,
+    /// What `ops_per_sec` counts: `ops/s`, or `tpmC` for TPC-C.
+    pub metric: &'static str,
     pub ops_per_sec: Option<Summary>,
     pub mb_per_sec_mean: Option<f64>,
     /// Mean over kept trials of process user+system CPU seconds per 1000 ops.
@@ -101,6 +104,7 @@ pub fn rows(result: &StudyResult) -> Vec<Row> {
                 target: c.target.clone(),
                 paper_name: c.paper_name.clone(),
                 status: status_label(&c.status),
+                metric: c.result.as_ref().map_or("ops/s", |r| r.metric()),
                 ops_per_sec: s,
                 mb_per_sec_mean: kept_mean(c, |t| t.summary.mb_per_sec),
                 cpu_ms_per_kop: kept_mean(c, |t| {
@@ -214,6 +218,10 @@ fn trials_csv(result: &StudyResult) -> String {
         "workload,target,trial,discarded,remounted,seconds,ops,ops_per_sec,mb_per_sec,reads_per_sec,writes_per_sec,ms_per_op,cpu_user_s,cpu_system_s,machine_busy,stopped_early\n",
     );
     for c in &result.cells {
+        if let Some(d) = c.result.as_ref().and_then(|r| r.database()) {
+            database_trials_csv(&mut s, c, d);
+            continue;
+        }
         let Some(r) = c.result.as_ref().and_then(|r| r.filebench()) else {
             continue;
         };
@@ -243,19 +251,32 @@ fn trials_csv(result: &StudyResult) -> String {
     s
 }
 
+/// A database cell's trials in the columns of `trials.csv`: the metric (ops/s or tpmC) in
+/// `ops_per_sec`, the Filebench-only columns empty.
+fn database_trials_csv(s: &mut String, c: &Cell, d: &super::database::DbResult) {
+    for t in &d.trials {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{:.4},{},{:.2},,,,,,,,",
+            c.workload, c.target, t.index, t.discarded, t.remounted, t.seconds, t.ops, t.value,
+        );
+    }
+}
+
 fn results_csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "workload,target,paper_name,status,n,ops_per_sec_mean,ci95_low,ci95_high,mb_per_sec,cpu_ms_per_kop,vs_baseline,significant,vs_best_kernel,best_kernel\n",
+        "workload,target,paper_name,status,metric,n,ops_per_sec_mean,ci95_low,ci95_high,mb_per_sec,cpu_ms_per_kop,vs_baseline,significant,vs_best_kernel,best_kernel\n",
     );
     for r in rows {
         let o = r.ops_per_sec;
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.workload,
             r.target,
             r.paper_name.as_deref().unwrap_or(""),
             csv_field(&r.status),
+            r.metric,
             o.map_or(0, |o| o.n),
             opt(o.map(|o| o.mean)),
             opt(o.map(|o| o.ci95_low).filter(|v| v.is_finite())),
@@ -293,7 +314,7 @@ fn write_charts(
     };
     let mut files = Vec::new();
     for fig in figures {
-        let wls: Vec<&super::nvm2015::StudyWorkload> = result
+        let wls: Vec<&StudyWorkload> = result
             .workloads
             .iter()
             .filter(|w| w.figure == fig)
@@ -312,19 +333,17 @@ fn write_charts(
             notes.push(format!("{fig}: no bars (the baseline {base} did not run)"));
             continue;
         }
-        let stem = match fig {
-            "Fig. 2" => "fig2-fileserver".to_string(),
-            "Fig. 3" => "fig3-webproxy".to_string(),
-            "Fig. 4" => "fig4-webserver".to_string(),
-            _ => wls.first().map_or("extra".into(), |w| w.id.clone()),
-        };
+        let stem = figure_stem(fig, &wls);
         let chart = BarChart {
             title: format!(
                 "{} ({}): ops/s relative to {base}",
                 if fig == "extra" { "not in the paper" } else { fig },
                 wls.iter().map(|w| w.id.as_str()).collect::<Vec<_>>().join(", ")
             ),
-            y_label: format!("ops/s relative to {base} (= 1.0)"),
+            y_label: format!(
+                "{} relative to {base} (= 1.0)",
+                if fig == "Fig. 5" { "tpmC" } else { "ops/s" }
+            ),
             groups: targets.clone(),
             series,
             reference_line: Some(1.0),
@@ -334,14 +353,119 @@ fn write_charts(
                 result.config.size.divisor()
             )),
         };
-        let out = chart::write_chart(&chart, dir, &stem)?;
-        files.push(out.svg.clone());
-        match out.png {
-            Ok(p) => files.push(p),
-            Err(why) => notes.push(format!("{stem}.png not written: {why}")),
+        put_chart(&chart, dir, &stem, &mut files, notes)?;
+        for w in wls
+            .iter()
+            .filter(|w| matches!(w.config, WorkloadConfig::Ycsb(_)))
+        {
+            if let Some(chart) = latency_chart(result, w, &targets) {
+                put_chart(&chart, dir, &format!("{stem}-latency"), &mut files, notes)?;
+            }
         }
     }
     Ok(files)
+}
+
+fn put_chart(
+    chart: &BarChart,
+    dir: &Path,
+    stem: &str,
+    files: &mut Vec<PathBuf>,
+    notes: &mut Vec<String>,
+) -> io::Result<()> {
+    let out = chart::write_chart(chart, dir, stem)?;
+    files.push(out.svg.clone());
+    match out.png {
+        Ok(p) => files.push(p),
+        Err(why) => notes.push(format!("{stem}.png not written: {why}")),
+    }
+    Ok(())
+}
+
+/// File name of a figure: the paper's figure number and what it shows.
+fn figure_stem(fig: &str, wls: &[&StudyWorkload]) -> String {
+    let first = wls.first().map_or("extra", |w| w.id.as_str());
+    match (fig, fig.strip_prefix("Fig. ")) {
+        ("Fig. 2", _) => "fig2-fileserver".to_string(),
+        ("Fig. 3", _) => "fig3-webproxy".to_string(),
+        ("Fig. 4", _) => "fig4-webserver".to_string(),
+        (_, Some(n)) => format!("fig{n}-{first}"),
+        _ => first.to_string(),
+    }
+}
+
+/// The paper's Figs. 6-11: each YCSB operation's mean latency at the fixed offered load,
+/// relative to nvmfs (the paper: to PMFS), so higher is worse.
+fn latency_chart(result: &StudyResult, w: &StudyWorkload, targets: &[String]) -> Option<BarChart> {
+    let lat = |target: &str, op: &str| {
+        result
+            .cells
+            .iter()
+            .find(|c| c.workload == w.id && c.target == target)
+            .and_then(|c| c.result.as_ref()?.database()?.latency(op))
+    };
+    let reference = "nvmfs";
+    let ops: Vec<String> = ["READ", "UPDATE", "INSERT", "SCAN", "READ-MODIFY-WRITE"]
+        .iter()
+        .filter(|op| lat(reference, op).is_some())
+        .map(|op| op.to_string())
+        .collect();
+    if ops.is_empty() {
+        return None;
+    }
+    let series = ops
+        .iter()
+        .map(|op| {
+            let base = lat(reference, op).map(|b| b.mean).filter(|m| *m > 0.0);
+            Series {
+                name: op.clone(),
+                bars: targets
+                    .iter()
+                    .map(|t| {
+                        let (s, b) = (lat(t, op)?, base?);
+                        Some(relative_bar(&s, b))
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let offered = match &w.config {
+        WorkloadConfig::Ycsb(y) => y.fixed_load_ops_per_sec,
+        _ => 0.0,
+    };
+    Some(BarChart {
+        title: format!(
+            "{} ({}): mean latency per operation at {offered:.0} ops/s offered, relative to {reference}",
+            w.figure, w.id
+        ),
+        y_label: format!("latency relative to {reference} (= 1.0; higher is worse)"),
+        groups: targets.to_vec(),
+        series,
+        reference_line: Some(1.0),
+        note: Some(format!(
+            "{} run, SQLite (WAL, mapped) standing in for MongoDB; whiskers: 95% CI; missing bar: did not run",
+            result.config.size.name()
+        )),
+    })
+}
+
+/// A summary as a bar relative to `base`, its interval clipped at 0.
+fn relative_bar(s: &Summary, base: f64) -> Bar {
+    let lo = if s.ci95_low.is_finite() {
+        s.ci95_low.max(0.0)
+    } else {
+        s.mean
+    };
+    let hi = if s.ci95_high.is_finite() {
+        s.ci95_high
+    } else {
+        s.mean
+    };
+    Bar {
+        value: s.mean / base,
+        ci_low: lo / base,
+        ci_high: hi / base,
+    }
 }
 
 fn normalised_bar(result: &StudyResult, workload: &str, target: &str, base: &str) -> Option<Bar> {
@@ -354,24 +478,7 @@ fn normalised_bar(result: &StudyResult, workload: &str, target: &str, base: &str
     };
     let s = find(target)?;
     let b = find(base)?;
-    if b.mean <= 0.0 {
-        return None;
-    }
-    let lo = if s.ci95_low.is_finite() {
-        s.ci95_low.max(0.0)
-    } else {
-        s.mean
-    };
-    let hi = if s.ci95_high.is_finite() {
-        s.ci95_high
-    } else {
-        s.mean
-    };
-    Some(Bar {
-        value: s.mean / b.mean,
-        ci_low: lo / b.mean,
-        ci_high: hi / b.mean,
-    })
+    (b.mean > 0.0).then(|| relative_bar(&s, b.mean))
 }
 
 /// The console table: one line per workload and target.
@@ -433,7 +540,7 @@ fn markdown(
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "# nvm-2015: Filebench on nvmfs and kernel file systems\n"
+        "# nvm-2015: Filebench and databases on nvmfs and kernel file systems\n"
     );
     let _ = writeln!(
         s,
@@ -450,12 +557,29 @@ fn markdown(
         result.wall_seconds,
         if result.interrupted { " (interrupted: partial results)" } else { "" }
     );
+    if result.workloads.iter().any(|w| w.personality().is_none()) {
+        let _ = writeln!(
+            s,
+            "The application workloads (Figs. 5-11) run on SQLite, in-process on every target: on nvmfs through \
+             the nvmfs SQLite VFS (no system call on the data path; the mapped database read in place), on the \
+             others as plain files. TPC-C stands in for the paper's MySQL run (WAL synced at every commit, as \
+             MySQL fsyncs its log); YCSB for its MongoDB run (WAL synced at checkpoints, the database mapped, \
+             as MongoDB's journal and memory-mapped files). The database is loaded once per workload and target; \
+             {} trials follow, each after a remount, the first discarded; a YCSB trial runs {} s flat out (the \
+             ops/s compared) and then {} s at the workload's fixed offered load (the latencies of Figs. 6-11); a \
+             TPC-C trial runs {} s (tpmC).\n",
+            cfg.db.trials,
+            cfg.db.run_seconds,
+            cfg.db.run_seconds,
+            cfg.db.run_seconds * 2.0
+        );
+    }
     let _ = writeln!(s, "## nvmfs against the best kernel variant\n");
     let _ = writeln!(
         s,
-        "| workload | nvmfs ops/s | best kernel | its ops/s | nvmfs / best |"
+        "| workload | metric | nvmfs | best kernel | its rate | nvmfs / best |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
     for w in &result.workloads {
         let nv = rows
             .iter()
@@ -463,8 +587,9 @@ fn markdown(
         let best = best_kernel(result, &w.id);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             w.id,
+            nv.map_or("ops/s", |r| r.metric),
             nv.and_then(|r| r.ops_per_sec)
                 .map_or("-".into(), |o| fmt_ci(&o)),
             best.as_ref().map_or("-", |b| b.0.as_str()),
@@ -473,6 +598,7 @@ fn markdown(
                 .map_or("-".into(), |v| format!("{v:.2}x")),
         );
     }
+    database_latency_section(&mut s, result);
     let _ = writeln!(s, "\n## Findings of the paper, checked\n");
     for f in checks {
         let _ = writeln!(s, "### {} — **{}**\n", f.statement, f.verdict.label());
@@ -483,9 +609,13 @@ fn markdown(
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|");
         for r in &f.ratios {
+            let what = match r.metric {
+                super::nvm2015::Metric::OpsPerSec => String::new(),
+                super::nvm2015::Metric::Latency(op) => format!(" {op} latency"),
+            };
             let _ = writeln!(
                 s,
-                "| {} | {} / {} | {} | {} | {} | {} |",
+                "| {} | {}{what} / {} | {} | {} | {} | {} |",
                 r.workload,
                 r.a,
                 r.b,
@@ -513,7 +643,7 @@ fn markdown(
     let _ = writeln!(s, "## All results\n");
     let _ = writeln!(
         s,
-        "| workload | target | paper name | ops/s (95% CI) | MB/s | CPU ms/kop | vs {} | status |",
+        "| workload | target | paper name | rate (95% CI) | MB/s | CPU ms/kop | vs {} | status |",
         cfg.baseline
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
@@ -524,7 +654,8 @@ fn markdown(
             r.workload,
             r.target,
             r.paper_name.as_deref().unwrap_or(""),
-            r.ops_per_sec.map_or("-".into(), |o| fmt_ci(&o)),
+            r.ops_per_sec
+                .map_or("-".into(), |o| format!("{} {}", fmt_ci(&o), r.metric)),
             r.mb_per_sec_mean.map_or("-".into(), |v| format!("{v:.0}")),
             r.cpu_ms_per_kop.map_or("-".into(), |v| format!("{v:.2}")),
             r.vs_baseline.map_or("-".into(), |v| format!(
@@ -569,6 +700,78 @@ fn markdown(
         "\nmkfs and mount command lines of every kernel target are in `raw/*.json` (`provision`); per-trial numbers in `trials.csv`; the JSON schema is described in docs/LAB.md of the nvmfs repository."
     );
     s
+}
+
+/// Figs. 6-11 as tables: each YCSB operation's mean latency at the fixed offered load.
+fn database_latency_section(s: &mut String, result: &StudyResult) {
+    let ycsb: Vec<&StudyWorkload> = result
+        .workloads
+        .iter()
+        .filter(|w| matches!(w.config, WorkloadConfig::Ycsb(_)))
+        .collect();
+    if ycsb.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n## YCSB latency at a fixed offered load (Figs. 6-11)\n"
+    );
+    let _ = writeln!(
+        s,
+        "Mean latency per operation over the kept trials, in microseconds, and in brackets relative to nvmfs \
+         (higher is worse), as the paper normalises to PMFS. The offered load is the paper's input load scaled \
+         by this machine's client threads over the paper's 8. The paper explains its YCSB results with fio's \
+         random 1 KiB loads and stores on a mapped file (loads alike everywhere; stores 2.4-2.5x slower on \
+         buffered file systems): `nvmfs bench micro --workload mmap-load-1k --workload mmap-store-1k` measures \
+         the same on nvmfs, tmpfs and any mounted directory (`--target dir:PATH`).\n"
+    );
+    for w in ycsb {
+        let offered = match &w.config {
+            WorkloadConfig::Ycsb(y) => y.fixed_load_ops_per_sec,
+            _ => continue,
+        };
+        let cells: Vec<(&Cell, &super::database::DbResult)> = result
+            .cells
+            .iter()
+            .filter(|c| c.workload == w.id)
+            .filter_map(|c| Some((c, c.result.as_ref()?.database()?)))
+            .collect();
+        let ops: Vec<&str> = ["READ", "UPDATE", "INSERT", "SCAN", "READ-MODIFY-WRITE"]
+            .into_iter()
+            .filter(|op| cells.iter().any(|(_, d)| d.latency(op).is_some()))
+            .collect();
+        let nvmfs = cells.iter().find(|(c, _)| c.target == "nvmfs").map(|x| x.1);
+        let _ = writeln!(
+            s,
+            "### {} ({}), {offered:.0} ops/s offered\n",
+            w.id, w.figure
+        );
+        let _ = writeln!(s, "| target | achieved ops/s | {} |", ops.join(" | "));
+        let _ = writeln!(s, "|---|---|{}", "---|".repeat(ops.len()));
+        for (c, d) in &cells {
+            let achieved: Vec<f64> = d
+                .trials
+                .iter()
+                .filter(|t| !t.discarded)
+                .filter_map(|t| t.fixed_load.as_ref().map(|f| f.achieved_ops_per_sec))
+                .collect();
+            let achieved = Summary::of(&achieved).map_or("-".into(), |a| format!("{:.0}", a.mean));
+            let lats: Vec<String> = ops
+                .iter()
+                .map(
+                    |op| match (d.latency(op), nvmfs.and_then(|n| n.latency(op))) {
+                        (Some(l), Some(n)) if n.mean > 0.0 => {
+                            format!("{:.1} ({:.2})", l.mean / 1e3, l.mean / n.mean)
+                        }
+                        (Some(l), _) => format!("{:.1}", l.mean / 1e3),
+                        (None, _) => "-".into(),
+                    },
+                )
+                .collect();
+            let _ = writeln!(s, "| {} | {achieved} | {} |", c.target, lats.join(" | "));
+        }
+        s.push('\n');
+    }
 }
 
 fn fmt_ci(o: &Summary) -> String {
