@@ -48,7 +48,7 @@ use worker::{Answer, Message, Op, Target};
 const MIB: usize = 1 << 20;
 
 /// The LevelDB options the store sets (everything else is rusty-leveldb's default).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct LevelDbSettings {
     /// Target size of a table file (LevelDB `max_file_size`); 128 MiB as in seed 002.
     pub max_file_size: usize,

@@ -10,10 +10,12 @@
 
 use super::targets::{ImageSpec, Place, StudyTarget, TargetEntry};
 use super::StudyProgress;
-use crate::db::home::DbHome;
-use crate::db::sqlite::{JournalMode, SqliteSettings, Synchronous};
+use crate::db::home::{DbHome, SqliteDb};
+use crate::db::leveldb::{LevelDbSettings, LevelDbStore};
+use crate::db::sqlite::{integrity_check, JournalMode, SqliteSettings, SqliteStore, Synchronous};
 use crate::stats::Summary;
 use crate::tpcc::{self, Scale, TpccConfig};
+use crate::ycsb::db::KvStore;
 use crate::ycsb::runner::{self, RunOptions};
 use crate::ycsb::workload::CoreWorkload;
 use serde::Serialize;
@@ -37,8 +39,84 @@ pub struct YcsbWorkload {
     pub paper_load_ops_per_sec: f64,
     /// Longest scan (workload E): the paper's 100, not YCSB's default 1000.
     pub max_scan_length: u64,
-    /// Journal mode, durability and mmap of the database.
-    pub sqlite: SqliteSettings,
+    /// The database and its settings.
+    pub engine: Engine,
+}
+
+/// The database a YCSB workload runs on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "engine", rename_all = "snake_case")]
+pub enum Engine {
+    /// SQLite's `usertable` (journal mode, durability, mmap).
+    Sqlite(SqliteSettings),
+    /// LevelDB (rusty-leveldb), seed 002's YCSB database.
+    Leveldb(LevelDbSettings),
+}
+
+/// An open YCSB database on a target, whatever the engine.
+enum OpenStore {
+    Sqlite(SqliteDb, SqliteStore),
+    Leveldb(LevelDbStore),
+}
+
+impl OpenStore {
+    fn open(home: &DbHome, engine: &Engine, fields: usize) -> io::Result<Self> {
+        Ok(match engine {
+            Engine::Sqlite(s) => {
+                let db = home.sqlite("ycsb.db", s)?;
+                let store = db.usertable(fields)?;
+                OpenStore::Sqlite(db, store)
+            }
+            Engine::Leveldb(s) => OpenStore::Leveldb(home.leveldb("ycsb.leveldb", s)?),
+        })
+    }
+
+    fn phase(
+        &self,
+        core: &CoreWorkload,
+        opts: &RunOptions,
+        load: bool,
+        interrupted: &dyn Fn() -> bool,
+    ) -> io::Result<runner::PhaseResult> {
+        let each = &mut |_| {};
+        match (self, load) {
+            (OpenStore::Sqlite(_, s), true) => runner::load(s, core, opts, interrupted, each),
+            (OpenStore::Sqlite(_, s), false) => runner::run(s, core, opts, interrupted, each),
+            (OpenStore::Leveldb(s), true) => runner::load(s, core, opts, interrupted, each),
+            (OpenStore::Leveldb(s), false) => runner::run(s, core, opts, interrupted, each),
+        }
+    }
+
+    /// The database's own consistency check: SQLite's `PRAGMA integrity_check`; LevelDB
+    /// has none beyond its checksums, which every read verifies.
+    fn check(&self) -> io::Result<Vec<String>> {
+        match self {
+            OpenStore::Sqlite(db, _) => {
+                let conn = db.settings.open(&db.path)?;
+                integrity_check(&conn)?;
+                Ok(vec!["SQLite PRAGMA integrity_check: ok".to_string()])
+            }
+            OpenStore::Leveldb(_) => Ok(Vec::new()),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            OpenStore::Sqlite(_, s) => s.describe(),
+            OpenStore::Leveldb(s) => s.describe(),
+        }
+    }
+
+    /// Closes the database (SQLite: after an integrity check; LevelDB: its thread).
+    fn close(self) -> io::Result<()> {
+        match self {
+            OpenStore::Sqlite(db, store) => {
+                drop(store);
+                db.close()
+            }
+            OpenStore::Leveldb(s) => s.close(),
+        }
+    }
 }
 
 /// TPC-C as the study runs it.
@@ -68,6 +146,9 @@ pub struct DbResult {
     /// phase when there is one (YCSB), else from the trial (TPC-C).
     pub latency_mean_ns: BTreeMap<String, Summary>,
     pub stopped_early: Option<String>,
+    /// The database's own checks after the last trial, each passed (a failed one fails
+    /// the cell).
+    pub checks: Vec<String>,
 }
 
 /// One trial of a database cell.
@@ -126,7 +207,8 @@ pub struct Rules<'a> {
     pub device_bytes: u64,
 }
 
-/// Runs a YCSB workload on a fresh `t`.
+/// Runs a YCSB workload on a fresh `t`, each trial flat out and then at the workload's
+/// fixed offered load (the study's two phases).
 pub fn run_ycsb_cell(
     w: &YcsbWorkload,
     t: &TargetEntry,
@@ -135,14 +217,32 @@ pub fn run_ycsb_cell(
     interrupted: &dyn Fn() -> bool,
     progress: &mut dyn StudyProgress,
 ) -> io::Result<DbResult> {
-    let core = ycsb_core(w)?;
-    let image = ImageSpec {
+    let target = StudyTarget::create_sized(t, rules.shm_dir, rules.device_bytes, ycsb_image(w))?;
+    *provision = Some(target.describe());
+    let phases = [None, Some(w.fixed_load_ops_per_sec)];
+    run_ycsb_on(target, w, &phases, rules, interrupted, progress)
+}
+
+/// The nvmfs image for a YCSB workload.
+pub fn ycsb_image(w: &YcsbWorkload) -> ImageSpec {
+    ImageSpec {
         bytes: image_bytes(w.records * 1100),
         inodes: 4096,
-    };
-    let mut target = StudyTarget::create_sized(t, rules.shm_dir, rules.device_bytes, image)?;
-    *provision = Some(target.describe());
-    let result = ycsb_on(&mut target, w, &core, rules, interrupted, progress);
+    }
+}
+
+/// Loads the records on `target`, then runs the trials, each a sequence of phases at the
+/// given offered loads (`None`: flat out); the first phase's ops/s is the trial's value, and
+/// the last phase with an offered load gives the fixed-load latencies. Closes the target.
+pub fn run_ycsb_on(
+    mut target: StudyTarget,
+    w: &YcsbWorkload,
+    phases: &[Option<f64>],
+    rules: &Rules<'_>,
+    interrupted: &dyn Fn() -> bool,
+    progress: &mut dyn StudyProgress,
+) -> io::Result<DbResult> {
+    let result = ycsb_on(&mut target, w, phases, rules, interrupted, progress);
     let closed = target.close();
     let r = result?;
     closed?;
@@ -163,39 +263,39 @@ pub fn ycsb_core(w: &YcsbWorkload) -> io::Result<CoreWorkload> {
 fn ycsb_on(
     target: &mut StudyTarget,
     w: &YcsbWorkload,
-    core: &CoreWorkload,
+    phases: &[Option<f64>],
     rules: &Rules<'_>,
     interrupted: &dyn Fn() -> bool,
     progress: &mut dyn StudyProgress,
 ) -> io::Result<DbResult> {
+    if phases.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a YCSB trial needs at least one phase",
+        ));
+    }
+    let mut core = ycsb_core(w)?;
+    let fields = core.field_count;
     progress.note(&format!("loading {} records", w.records));
     let t0 = Instant::now();
     let (engine, load) = {
-        let db = home_of(target).sqlite("ycsb.db", &w.sqlite)?;
-        let store = db.usertable(core.field_count)?;
+        let store = OpenStore::open(&home_of(target), &w.engine, fields)?;
         let opts = run_options(w.threads, None, None, rules.seed);
-        let load = runner::load(&store, core, &opts, interrupted, &mut |_| {})?;
-        let engine = crate::ycsb::db::KvStore::describe(&store);
-        drop(store);
-        db.close()?;
-        (engine, load)
+        let load = store.phase(&core, &opts, true, interrupted);
+        let engine = store.describe();
+        let closed = store.close();
+        (engine, load.and_then(|l| closed.map(|()| l))?)
     };
     let setup_seconds = t0.elapsed().as_secs_f64();
     let mut trials = Vec::new();
     let mut stopped_early = None;
     // Every phase continues the key space where the last one left it (D and E insert), as
     // if it were YCSB's run phase after a load of that many records.
-    let mut core = core.clone();
-    let fields = core.field_count;
-    let mut phase = |store: &crate::db::sqlite::SqliteStore,
-                     target_ops: Option<f64>,
-                     secs: f64,
-                     seed: u64|
-     -> io::Result<runner::PhaseResult> {
+    let mut phase = |store: &OpenStore, target_ops: Option<f64>, secs: f64, seed: u64| {
         let opts = run_options(w.threads, target_ops, Some(secs), seed);
-        let r = runner::run(store, &core, &opts, interrupted, &mut |_| {})?;
+        let r = store.phase(&core, &opts, false, interrupted)?;
         core.record_count += r.count("INSERT");
-        Ok(r)
+        io::Result::Ok(r)
     };
     for index in 0..rules.trials {
         if interrupted() {
@@ -203,50 +303,64 @@ fn ycsb_on(
             break;
         }
         let remounted = index > 0 && target.remount()?;
-        let db = home_of(target).sqlite("ycsb.db", &w.sqlite)?;
-        let store = db.usertable(fields)?;
+        let store = OpenStore::open(&home_of(target), &w.engine, fields)?;
         let seed = rules.seed ^ (index as u64 + 1);
-        if rules.warmup_seconds > 0.0 {
-            phase(&store, None, rules.warmup_seconds, seed ^ 0x57)?;
-        }
-        let max = phase(&store, None, rules.run_seconds, seed)?;
-        progress.tick(index, rules.trials, max.ops_per_sec, true);
-        let fixed = phase(
-            &store,
-            Some(w.fixed_load_ops_per_sec),
-            rules.run_seconds,
-            seed ^ 0xf1,
-        )?;
-        drop(store);
-        db.close()?;
+        let ran = (|| {
+            if rules.warmup_seconds > 0.0 {
+                phase(&store, phases[0], rules.warmup_seconds, seed ^ 0x57)?;
+            }
+            let mut done = Vec::new();
+            for (i, offered) in phases.iter().enumerate() {
+                done.push((
+                    *offered,
+                    phase(&store, *offered, rules.run_seconds, seed ^ (i as u64) << 8)?,
+                ));
+            }
+            io::Result::Ok(done)
+        })();
+        let closed = store.close();
+        let done = ran?;
+        closed?;
+        let first = &done[0].1;
+        progress.tick(index, rules.trials, first.ops_per_sec, true);
+        let fixed = done.iter().rev().find_map(|(offered, r)| {
+            offered.map(|o| FixedLoad {
+                offered_ops_per_sec: o,
+                achieved_ops_per_sec: r.ops_per_sec,
+                latency: ycsb_latency(&r.per_op),
+            })
+        });
+        let was_interrupted = done.iter().any(|(_, r)| r.interrupted);
+        let detail: Vec<&runner::PhaseResult> = done.iter().map(|(_, r)| r).collect();
         trials.push(DbTrial {
             index,
             discarded: rules.trials > 1 && index == 0,
             remounted,
-            seconds: max.runtime_ns as f64 / 1e9,
-            ops: max.operations,
-            value: max.ops_per_sec,
-            latency: ycsb_latency(&max.per_op),
-            fixed_load: Some(FixedLoad {
-                offered_ops_per_sec: w.fixed_load_ops_per_sec,
-                achieved_ops_per_sec: fixed.ops_per_sec,
-                latency: ycsb_latency(&fixed.per_op),
-            }),
-            detail: serde_json::json!({ "max": max, "fixed_load": fixed }),
+            seconds: first.runtime_ns as f64 / 1e9,
+            ops: first.operations,
+            value: first.ops_per_sec,
+            latency: ycsb_latency(&first.per_op),
+            fixed_load: fixed,
+            detail: serde_json::to_value(detail).unwrap_or_default(),
         });
-        if max.interrupted || fixed.interrupted {
+        if was_interrupted {
             stopped_early = Some("interrupted".to_string());
             break;
         }
     }
-    Ok(finish(
+    let store = OpenStore::open(&home_of(target), &w.engine, fields)?;
+    let checked = store.check();
+    store.close()?;
+    let mut r = finish(
         engine,
         "ops/s",
         setup_seconds,
         serde_json::to_value(&load).unwrap_or_default(),
         trials,
         stopped_early,
-    ))
+    );
+    r.checks = checked?;
+    Ok(r)
 }
 
 fn run_options(threads: usize, target: Option<f64>, secs: Option<f64>, seed: u64) -> RunOptions {
@@ -293,12 +407,28 @@ pub fn run_tpcc_cell(
         run_seconds: rules.run_seconds * 2.0,
         ..*rules
     };
-    let image = ImageSpec {
+    let target = StudyTarget::create_sized(t, rules.shm_dir, rules.device_bytes, tpcc_image(w))?;
+    *provision = Some(target.describe());
+    run_tpcc_on(target, w, rules, interrupted, progress)
+}
+
+/// The nvmfs image for a TPC-C workload.
+pub fn tpcc_image(w: &TpccWorkload) -> ImageSpec {
+    ImageSpec {
         bytes: image_bytes(tpcc_bytes(w)),
         inodes: 4096,
-    };
-    let mut target = StudyTarget::create_sized(t, rules.shm_dir, rules.device_bytes, image)?;
-    *provision = Some(target.describe());
+    }
+}
+
+/// Populates TPC-C on `target`, then runs the trials of `rules.run_seconds` each. Closes
+/// the target.
+pub fn run_tpcc_on(
+    mut target: StudyTarget,
+    w: &TpccWorkload,
+    rules: &Rules<'_>,
+    interrupted: &dyn Fn() -> bool,
+    progress: &mut dyn StudyProgress,
+) -> io::Result<DbResult> {
     let result = tpcc_on(&mut target, w, rules, interrupted, progress);
     let closed = target.close();
     let r = result?;
@@ -398,14 +528,33 @@ fn tpcc_on(
             break;
         }
     }
-    Ok(finish(
-        engine,
-        "tpmC",
-        setup_seconds,
-        setup,
-        trials,
-        stopped_early,
-    ))
+    let db = home_of(target).sqlite("tpcc.db", &w.sqlite)?;
+    let checked = tpcc_checks(&db);
+    db.close()?;
+    let mut r = finish(engine, "tpmC", setup_seconds, setup, trials, stopped_early);
+    r.checks = checked?;
+    Ok(r)
+}
+
+/// TPC-C's consistency conditions 1-4 (clause 3.3.2) and SQLite's integrity check.
+fn tpcc_checks(db: &SqliteDb) -> io::Result<Vec<String>> {
+    let conn = db.settings.open(&db.path)?;
+    let report = tpcc::check::consistency(&conn)?;
+    if !report.ok() {
+        let failed: Vec<String> = report
+            .failures()
+            .map(|c| format!("{}: {}", c.name, c.detail))
+            .collect();
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("TPC-C consistency conditions failed: {}", failed.join("; ")),
+        ));
+    }
+    integrity_check(&conn)?;
+    Ok(vec![
+        "TPC-C consistency conditions 1-4 (clause 3.3.2): ok".to_string(),
+        "SQLite PRAGMA integrity_check: ok".to_string(),
+    ])
 }
 
 /// The database's home on a target.
@@ -446,6 +595,7 @@ fn finish(
             .collect(),
         trials,
         stopped_early,
+        checks: Vec::new(),
     }
 }
 

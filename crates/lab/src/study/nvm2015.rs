@@ -241,7 +241,7 @@ pub fn database_workloads(size: Size) -> Vec<StudyWorkload> {
                 fixed_load_ops_per_sec: ycsb_paper_load(letter) * load_scale,
                 paper_load_ops_per_sec: ycsb_paper_load(letter),
                 max_scan_length: 100,
-                sqlite: database::ycsb_sqlite(records),
+                engine: database::Engine::Sqlite(database::ycsb_sqlite(records)),
             }),
         });
     }
