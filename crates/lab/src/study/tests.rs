@@ -198,3 +198,100 @@ fn target_names_become_safe_file_names() {
     assert_eq!(report::file_stem("fuse:nvmfs"), "fuse_nvmfs");
     assert_eq!(report::file_stem("xfs-ag126"), "xfs-ag126");
 }
+
+/// Tiny YCSB and TPC-C workloads: the study's own, shrunk.
+fn tiny_database_workloads() -> Vec<nvm2015::StudyWorkload> {
+    let mut out = Vec::new();
+    for mut w in nvm2015::database_workloads(Size::Quick) {
+        match &mut w.config {
+            nvm2015::WorkloadConfig::Ycsb(y) if matches!(y.letter, 'a' | 'e') => {
+                y.records = 500;
+                y.fixed_load_ops_per_sec = 2_000.0;
+            }
+            nvm2015::WorkloadConfig::Tpcc(t) => {
+                t.scale = crate::tpcc::Scale {
+                    items: 1_000,
+                    customers_per_district: 30,
+                };
+            }
+            _ => continue,
+        }
+        out.push(w);
+    }
+    out
+}
+
+#[test]
+fn database_cells_run_check_their_databases_and_report_latency() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let kernel = if is_root() { "ext4" } else { "tmpfs" };
+    let mut cfg = tiny_config(out.path().join("r"), &["nvmfs", kernel], &[]);
+    cfg.baseline = kernel.to_string();
+    cfg.db = DbPhases {
+        trials: 2,
+        warmup_seconds: 0.0,
+        run_seconds: 0.2,
+    };
+    let workloads = tiny_database_workloads();
+    assert_eq!(workloads.len(), 3, "tpcc, ycsb-a, ycsb-e");
+    let targets = targets::discover(kernel::MIN_DEVICE_BYTES, &cfg.only_targets).unwrap();
+    let mut cells = Vec::new();
+    for w in &workloads {
+        for t in &targets {
+            let c = run_cell(&cfg, w, t, kernel::MIN_DEVICE_BYTES, &|| false, &mut Quiet);
+            assert_eq!(c.status, CellStatus::Ok, "{} on {}", c.workload, c.target);
+            let d = c.result.as_ref().unwrap().database().unwrap();
+            assert!(d.ops_per_sec.unwrap().mean > 0.0);
+            assert_eq!(d.trials.len(), 2);
+            assert!(d.trials[0].discarded && !d.trials[1].discarded);
+            assert_eq!(d.trials[1].remounted, t.name != "tmpfs", "{}", t.name);
+            assert!(
+                d.checks.iter().any(|c| c.contains("integrity_check: ok")),
+                "{:?}",
+                d.checks
+            );
+            if w.id == "tpcc" {
+                assert_eq!(d.metric, "tpmC");
+                assert!(d.checks.iter().any(|c| c.contains("consistency")));
+                assert!(d.latency("New-Order").is_some(), "{:?}", d.latency_mean_ns);
+            } else {
+                let fixed = d.trials[1].fixed_load.as_ref().expect("fixed-load phase");
+                assert_eq!(fixed.offered_ops_per_sec, 2_000.0);
+                // The offered load is far below what either target sustains.
+                assert!(fixed.achieved_ops_per_sec > 1_000.0, "{fixed:?}");
+                let ops: &[&str] = if w.id == "ycsb-a" {
+                    &["READ", "UPDATE"]
+                } else {
+                    &["SCAN", "INSERT"]
+                };
+                for op in ops {
+                    assert!(d.latency(op).is_some(), "{op} on {}", t.name);
+                }
+            }
+            cells.push(c);
+        }
+    }
+    no_leftovers();
+    let result = StudyResult {
+        config: cfg.clone(),
+        workloads,
+        targets,
+        cells,
+        interrupted: false,
+        wall_seconds: 0.0,
+    };
+    let env = env::Environment::capture(&cfg.shm_dir);
+    report::write_all(&result, &env).unwrap();
+    for name in [
+        "fig5-tpcc.svg",
+        "fig6-ycsb-a-latency.svg",
+        "fig10-ycsb-e-latency.svg",
+    ] {
+        assert!(cfg.out_dir.join(name).is_file(), "{name} missing");
+    }
+    let md = std::fs::read_to_string(cfg.out_dir.join("report.md")).unwrap();
+    assert!(md.contains("YCSB latency at a fixed offered load"), "{md}");
+    let trials = std::fs::read_to_string(cfg.out_dir.join("trials.csv")).unwrap();
+    assert_eq!(trials.lines().count(), 1 + 3 * 2 * 2);
+}
