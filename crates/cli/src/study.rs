@@ -9,11 +9,14 @@ use nvmfs_lab::study::{self, env::Environment, nvm2015::Size, Cell, CellStatus, 
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Reproduce a source study (nvm-2015: Filebench on nvmfs and kernel file systems)",
+    about = "Reproduce a source study (nvm-2015: Filebench, TPC-C and YCSB on nvmfs and kernel file systems)",
     long_about = "Reproduce a source study in one command.\n\n\
-        nvm-2015 runs the Filebench part of \"An Empirical Study of File Systems on NVM\" \
-        (MSST 2015, Figs. 2-4): fileserver, webproxy at directory depths 0.7, 2.1 and 3.4, and \
-        webserver with the paper's Table I parameters (plus varmail), on nvmfs in-process, on \
+        nvm-2015 runs \"An Empirical Study of File Systems on NVM\" (MSST 2015): the Filebench \
+        part (Figs. 2-4: fileserver, webproxy at directory depths 0.7, 2.1 and 3.4, and \
+        webserver with the paper's Table I parameters, plus varmail) and the applications \
+        (Fig. 5: TPC-C; Figs. 6-11: YCSB A-F, throughput and latency per operation at a fixed \
+        offered load), the databases on SQLite in-process (on nvmfs through its SQLite VFS), on \
+        nvmfs in-process, on \
         nvmfs through FUSE (fuse:nvmfs) and on every kernel variant of the paper's Table III \
         that this machine can provision (ext2, ext3 ordered/writeback/journal, ext4 \
         default/nodelalloc, XFS default/high AG count, btrfs, tmpfs) on a RAM-backed loop \
@@ -35,7 +38,8 @@ pub struct Args {
     /// The study: nvm-2015
     #[arg(value_parser = ["nvm-2015"])]
     name: String,
-    /// 1/50 of the paper's file counts, 4 trials of 1 s (under 15 minutes on 2 cores)
+    /// 1/50 of the paper's file counts, 4 trials of 1 s; 20,000 YCSB records, a tenth of a
+    /// TPC-C warehouse, 4 trials of 0.3 s phases (about 15 minutes on 2 cores)
     #[arg(long, conflicts_with = "full")]
     quick: bool,
     /// The paper's file counts (100K-500K files; needs the memory for them), 5 trials of 30 s
@@ -50,7 +54,7 @@ pub struct Args {
     #[arg(short, long = "target", value_name = "T")]
     targets: Vec<String>,
     /// Only these workloads (repeat): fileserver, webproxy-d0.7, webproxy-d2.1,
-    /// webproxy-d3.4, webserver, varmail [default: all]
+    /// webproxy-d3.4, webserver, varmail, tpcc, ycsb-a ... ycsb-f [default: all]
     #[arg(short, long = "workload", value_name = "W")]
     workloads: Vec<String>,
     /// Trials per workload and target, the first discarded
