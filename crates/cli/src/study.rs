@@ -38,8 +38,8 @@ pub struct Args {
     /// The study: nvm-2015
     #[arg(value_parser = ["nvm-2015"])]
     name: String,
-    /// 1/50 of the paper's file counts, 4 trials of 1 s; 20,000 YCSB records, a tenth of a
-    /// TPC-C warehouse, 4 trials of 0.3 s phases (about 15 minutes on 2 cores)
+    /// 1/50 of the paper's file counts, 4 trials of 1 s; 10,000 YCSB records, a tenth of a
+    /// TPC-C warehouse, 4 trials of 0.25 s phases (about 15 minutes on 2 cores)
     #[arg(long, conflicts_with = "full")]
     quick: bool,
     /// The paper's file counts (100K-500K files; needs the memory for them), 5 trials of 30 s

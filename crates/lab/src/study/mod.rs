@@ -66,12 +66,12 @@ impl StudyConfig {
             Size::Default => (4, 1.0, 5.0),
             Size::Full => (5, 5.0, 30.0),
         };
-        // 84 database cells: a quick run keeps them to about 3.5 s each.
+        // 84 database cells: a quick run keeps them to about 4 s each, provisioning included.
         let db = match size {
             Size::Quick => DbPhases {
                 trials: 4,
                 warmup_seconds: 0.1,
-                run_seconds: 0.3,
+                run_seconds: 0.25,
             },
             Size::Default => DbPhases {
                 trials: 4,

@@ -197,12 +197,12 @@ fn ycsb_paper_load(letter: char) -> f64 {
 /// core of this machine's 2, so the offered loads are the paper's scaled by 2/8.
 const DB_THREADS: usize = 2;
 
-/// Seed 000's application workloads (Figs. 5-11) on SQLite, scaled by `size`: YCSB with 1/800
+/// Seed 000's application workloads (Figs. 5-11) on SQLite, scaled by `size`: YCSB with 1/1600
 /// (quick), 1/160 (default) or 1/16 (full) of the paper's 16 million records, TPC-C with one
 /// warehouse (the paper: 400), whose items and customers are cut to a tenth in a quick run.
 pub fn database_workloads(size: Size) -> Vec<StudyWorkload> {
     let records = match size {
-        Size::Quick => 20_000,
+        Size::Quick => 10_000,
         Size::Default => 100_000,
         Size::Full => 1_000_000,
     };
