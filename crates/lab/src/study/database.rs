@@ -235,16 +235,27 @@ pub fn ycsb_image(w: &YcsbWorkload) -> ImageSpec {
 /// given offered loads (`None`: flat out); the first phase's ops/s is the trial's value, and
 /// the last phase with an offered load gives the fixed-load latencies. Closes the target.
 pub fn run_ycsb_on(
-    mut target: StudyTarget,
+    target: StudyTarget,
     w: &YcsbWorkload,
     phases: &[Option<f64>],
     rules: &Rules<'_>,
     interrupted: &dyn Fn() -> bool,
     progress: &mut dyn StudyProgress,
 ) -> io::Result<DbResult> {
-    let result = ycsb_on(&mut target, w, phases, rules, interrupted, progress);
+    closing(target, |t| {
+        ycsb_on(t, w, phases, rules, interrupted, progress)
+    })
+}
+
+/// Runs `f` on `target`, then closes the target whatever happened; `f`'s error comes
+/// first, then a closing error.
+fn closing<R>(
+    mut target: StudyTarget,
+    f: impl FnOnce(&mut StudyTarget) -> io::Result<R>,
+) -> io::Result<R> {
+    let r = f(&mut target);
     let closed = target.close();
-    let r = result?;
+    let r = r?;
     closed?;
     Ok(r)
 }
@@ -423,17 +434,13 @@ pub fn tpcc_image(w: &TpccWorkload) -> ImageSpec {
 /// Populates TPC-C on `target`, then runs the trials of `rules.run_seconds` each. Closes
 /// the target.
 pub fn run_tpcc_on(
-    mut target: StudyTarget,
+    target: StudyTarget,
     w: &TpccWorkload,
     rules: &Rules<'_>,
     interrupted: &dyn Fn() -> bool,
     progress: &mut dyn StudyProgress,
 ) -> io::Result<DbResult> {
-    let result = tpcc_on(&mut target, w, rules, interrupted, progress);
-    let closed = target.close();
-    let r = result?;
-    closed?;
-    Ok(r)
+    closing(target, |t| tpcc_on(t, w, rules, interrupted, progress))
 }
 
 /// The TPC-C configuration of a study workload for one phase.
