@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_filebench;
+mod bench_targets;
 mod crashtest;
 mod fsck;
 mod info;
