@@ -1,5 +1,6 @@
 //! `nvmfs bench micro` and `scale`: the microbenchmarks of nvmfs-lab, nvmfs against kernel
-//! file systems; `nvmfs bench filebench` lives in `bench_filebench`.
+//! file systems; `nvmfs bench filebench`, `ycsb` and `tpcc` live in `bench_filebench`,
+//! `bench_ycsb` and `bench_tpcc`.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -30,6 +31,8 @@ enum BenchCommand {
     Micro(MicroArgs),
     Scale(ScaleArgs),
     Filebench(Box<crate::bench_filebench::Args>),
+    Ycsb(Box<crate::bench_ycsb::Args>),
+    Tpcc(Box<crate::bench_tpcc::Args>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -158,6 +161,8 @@ pub fn run(args: &Args) -> u8 {
         BenchCommand::Micro(m) => run_micro(m),
         BenchCommand::Scale(s) => run_scale(s),
         BenchCommand::Filebench(f) => crate::bench_filebench::run(f),
+        BenchCommand::Ycsb(y) => crate::bench_ycsb::run(y),
+        BenchCommand::Tpcc(t) => crate::bench_tpcc::run(t),
     }
 }
 

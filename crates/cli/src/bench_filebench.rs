@@ -10,9 +10,10 @@ use nvmfs_lab::filebench::{
     OltpConfig, Personality, PersonalityConfig, Progress, RunConfig, RunResult, SizeDist,
 };
 use nvmfs_lab::kernel;
-use nvmfs_lab::study::targets::{self, StudyTarget, TargetEntry};
+use nvmfs_lab::study::targets::{self, StudyTarget};
 use serde::Serialize;
 
+use crate::bench_targets::{resolve_targets, Wanted};
 use crate::output;
 use crate::size::{format_size, parse_size};
 
@@ -261,69 +262,6 @@ fn run_config(args: &Args) -> Result<RunConfig, String> {
     Ok(cfg)
 }
 
-/// A target as asked for on the command line.
-enum Wanted {
-    /// A fresh directory under this path (`tmpfs`: the shm dir).
-    Dir { label: String, parent: PathBuf },
-    /// nvmfs or a kernel variant, from the study's catalogue.
-    Catalogue(TargetEntry),
-}
-
-impl Wanted {
-    fn label(&self) -> &str {
-        match self {
-            Wanted::Dir { label, .. } => label,
-            Wanted::Catalogue(t) => &t.name,
-        }
-    }
-}
-
-/// Resolves the target names, in the order given, through the study's discovery (which
-/// names unknown ones and says why unavailable ones cannot run).
-fn resolve_targets(
-    names: &[String],
-    shm_dir: &Path,
-    device_bytes: u64,
-) -> Result<Vec<Wanted>, String> {
-    let defaults = ["nvmfs".to_string(), "tmpfs".to_string()];
-    let names = if names.is_empty() {
-        &defaults[..]
-    } else {
-        names
-    };
-    let catalogue_names: Vec<String> = names
-        .iter()
-        .filter(|n| *n != "tmpfs" && !n.starts_with("dir:"))
-        .cloned()
-        .collect();
-    let catalogue = if catalogue_names.is_empty() {
-        Vec::new()
-    } else {
-        targets::discover(device_bytes, &catalogue_names).map_err(|e| e.to_string())?
-    };
-    names
-        .iter()
-        .map(|n| match n.strip_prefix("dir:") {
-            Some("") => Err("dir: target needs a path, e.g. dir:/mnt/ext4".to_string()),
-            Some(path) if !Path::new(path).is_dir() => Err(format!("{n}: not a directory")),
-            Some(path) => Ok(Wanted::Dir {
-                label: n.clone(),
-                parent: PathBuf::from(path),
-            }),
-            None if n == "tmpfs" => Ok(Wanted::Dir {
-                label: n.clone(),
-                parent: shm_dir.to_path_buf(),
-            }),
-            None => catalogue
-                .iter()
-                .find(|t| targets::matches_name(&t.name, n))
-                .cloned()
-                .map(Wanted::Catalogue)
-                .ok_or_else(|| format!("unknown target {n:?}")),
-        })
-        .collect()
-}
-
 /// One target's outcome, for the JSON file.
 #[derive(Serialize)]
 struct TargetRun {
@@ -449,24 +387,19 @@ fn describe(cfg: &RunConfig) {
 /// Makes the target fresh, runs the trials, removes the target.
 fn run_target(w: &Wanted, cfg: &RunConfig, shm_dir: &Path, device: u64) -> TargetRun {
     let label = w.label().to_string();
-    let made = match w {
-        Wanted::Catalogue(t) => match &t.unavailable {
-            Some(why) => {
-                eprintln!("  {label}: unavailable: {why}");
-                return TargetRun {
-                    target: label,
-                    status: format!("skipped: {why}"),
-                    provision: None,
-                    result: None,
-                };
-            }
-            None => StudyTarget::create(t, shm_dir, device, cfg),
-        },
-        Wanted::Dir { parent, .. } => StudyTarget::dir(
-            parent,
-            &format!("nvmfs-bench-filebench-{}", std::process::id()),
-        ),
-    };
+    if let Some(why) = w.unavailable() {
+        eprintln!("  {label}: unavailable: {why}");
+        return TargetRun {
+            target: label,
+            status: format!("skipped: {why}"),
+            provision: None,
+            result: None,
+        };
+    }
+    let made = w.make(
+        &format!("nvmfs-bench-filebench-{}", std::process::id()),
+        |t| StudyTarget::create(t, shm_dir, device, cfg),
+    );
     let mut provision = None;
     let outcome = made.and_then(|target| {
         provision = Some(target.describe());
@@ -605,24 +538,5 @@ mod tests {
         assert!(personality_config(&a).unwrap_err().contains("oltp flags"));
         let a = parse(&["-p", "oltp", "--nfiles", "100"]);
         assert!(personality_config(&a).unwrap_err().contains("nfiles"));
-    }
-
-    #[test]
-    fn targets_resolve_in_order_and_unknown_ones_are_named() {
-        let shm = std::env::temp_dir();
-        let names = ["tmpfs".to_string(), "nvmfs".to_string()];
-        let w = resolve_targets(&names, &shm, 8 << 30).unwrap();
-        assert_eq!(
-            w.iter().map(Wanted::label).collect::<Vec<_>>(),
-            ["tmpfs", "nvmfs"]
-        );
-        let err = resolve_targets(&["ext9".to_string()], &shm, 8 << 30)
-            .err()
-            .unwrap();
-        assert!(err.contains("ext9"), "{err}");
-        let err = resolve_targets(&["dir:/nonexistent/x".to_string()], &shm, 8 << 30)
-            .err()
-            .unwrap();
-        assert!(err.contains("not a directory"), "{err}");
     }
 }

@@ -1,7 +1,11 @@
 //! `nvmfs`: create, check, inspect and benchmark nvmfs images.
 
 mod bench;
+mod bench_db;
 mod bench_filebench;
+mod bench_targets;
+mod bench_tpcc;
+mod bench_ycsb;
 mod crashtest;
 mod fsck;
 mod info;

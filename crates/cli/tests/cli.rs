@@ -429,3 +429,141 @@ fn bench_filebench_bad_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("oltp flags"));
 }
+
+/// Runs `nvmfs bench ARGS -t nvmfs -t tmpfs --trials 2 --warmup 0` with a scratch shm dir
+/// and returns stdout and the JSON file, after checking that the scratch files are gone.
+fn bench_db_on_nvmfs_and_tmpfs(args: &[&str]) -> (String, serde_json::Value) {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let json = dir.path().join("out.json");
+    let mut argv = vec!["bench"];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&[
+        "--trials", "2", "--warmup", "0", "-t", "nvmfs", "-t", "tmpfs",
+    ]);
+    argv.extend_from_slice(&["--shm-dir", dir.path().to_str().unwrap()]);
+    argv.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let out = nvmfs(&argv);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "out.json")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    (stdout, v)
+}
+
+/// The two records of a database bench: nvmfs then tmpfs, each ok with a kept trial's
+/// metric above zero and its database checks passed.
+fn check_db_records(v: &serde_json::Value, workload: &str, metric: &str) {
+    let records = v["records"].as_array().unwrap();
+    let targets: Vec<&str> = records
+        .iter()
+        .map(|r| r["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(targets, ["nvmfs", "tmpfs"]);
+    for r in records {
+        assert_eq!(r["workload"], workload);
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["metric"], metric);
+        assert_eq!(r["ops_per_sec"]["n"], 1, "one kept trial of two");
+        assert!(r["ops_per_sec"]["mean"].as_f64().unwrap() > 0.0, "{r}");
+        let trials = r["result"]["trials"].as_array().unwrap();
+        assert_eq!(trials.len(), 2);
+        assert_eq!(trials[0]["discarded"], true);
+        assert!(!r["result"]["checks"].as_array().unwrap().is_empty(), "{r}");
+    }
+}
+
+#[test]
+fn bench_ycsb_tiny_on_nvmfs_and_tmpfs_writes_tables_and_json() {
+    let (stdout, v) = bench_db_on_nvmfs_and_tmpfs(&[
+        "ycsb",
+        "--workload",
+        "a",
+        "--records",
+        "500",
+        "--seconds",
+        "0.2",
+    ]);
+    assert!(stdout.contains("== ycsb-a on nvmfs: ok"), "{stdout}");
+    assert!(stdout.contains("== ycsb-a on tmpfs: ok"), "{stdout}");
+    assert!(
+        stdout.contains("p99 µs") && stdout.contains("UPDATE"),
+        "{stdout}"
+    );
+    assert_eq!(v["schema"], "nvmfs-lab/bench-ycsb/v1");
+    assert_eq!(v["config"]["records"], 500);
+    assert_eq!(v["config"]["database"]["engine"], "sqlite");
+    check_db_records(&v, "ycsb-a", "ops/s");
+    for r in v["records"].as_array().unwrap() {
+        let read = &r["latency"]["READ"];
+        assert!(read["count"].as_u64().unwrap() > 0, "{r}");
+        assert!(read["p50_ns"].as_u64().unwrap() <= read["max_ns"].as_u64().unwrap());
+    }
+}
+
+#[test]
+fn bench_tpcc_tiny_on_nvmfs_and_tmpfs_writes_tables_and_json() {
+    let (stdout, v) = bench_db_on_nvmfs_and_tmpfs(&[
+        "tpcc",
+        "--items",
+        "1000",
+        "--customers",
+        "30",
+        "--seconds",
+        "0.3",
+    ]);
+    assert!(stdout.contains("== tpcc on nvmfs: ok"), "{stdout}");
+    assert!(
+        stdout.contains("tpmC: ") && stdout.contains("total tpm: "),
+        "{stdout}"
+    );
+    assert_eq!(v["schema"], "nvmfs-lab/bench-tpcc/v1");
+    assert_eq!(v["config"]["scale"]["items"], 1000);
+    check_db_records(&v, "tpcc", "tpmC");
+    for r in v["records"].as_array().unwrap() {
+        assert!(
+            r["latency"]["New-Order"]["count"].as_u64().unwrap() > 0,
+            "{r}"
+        );
+        assert!(
+            r["total_tpm"]["mean"].as_f64().unwrap() > r["ops_per_sec"]["mean"].as_f64().unwrap()
+        );
+    }
+}
+
+#[test]
+fn bench_ycsb_and_tpcc_bad_input_is_a_clear_error() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["ycsb", "--workload", "g"], "possible values"),
+        (
+            &["ycsb", "-w", "a", "--records", "0"],
+            "--records must be at least 1",
+        ),
+        (
+            &["ycsb", "-w", "a", "--threads", "0"],
+            "--threads must be at least 1",
+        ),
+        (
+            &["ycsb", "-w", "a", "--block-cache", "16M"],
+            "do not apply to --db sqlite",
+        ),
+        (
+            &["ycsb", "-w", "a", "--journal-mode", "often"],
+            "unknown journal mode",
+        ),
+        (&["tpcc", "--customers", "5"], "not in 10..=3000"),
+    ];
+    for (args, expected) in cases {
+        let mut argv = vec!["bench"];
+        argv.extend_from_slice(args);
+        let out = nvmfs(&argv);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

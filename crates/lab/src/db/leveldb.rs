@@ -76,7 +76,7 @@ impl Default for LevelDbSettings {
 
 impl LevelDbSettings {
     /// Refuses settings LevelDB cannot work with.
-    fn check(&self) -> io::Result<()> {
+    pub fn check(&self) -> io::Result<()> {
         let sizes = [
             ("max_file_size", self.max_file_size),
             ("write_buffer_size", self.write_buffer_size),

@@ -185,7 +185,7 @@ pub fn workloads(size: Size) -> Vec<StudyWorkload> {
 
 /// The paper's YCSB input loads (Section IV.E), ops/s: A, B, C and (not stated; as A) F at
 /// 20K, D at 15K, E at 5K.
-fn ycsb_paper_load(letter: char) -> f64 {
+pub fn ycsb_paper_load(letter: char) -> f64 {
     match letter {
         'd' => 15_000.0,
         'e' => 5_000.0,
