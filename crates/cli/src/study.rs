@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use nvmfs_lab::kernel;
-use nvmfs_lab::study::{self, env::Environment, nvm2015::Size, Cell, CellStatus, StudyConfig};
+use nvmfs_lab::study::{self, env::Environment, Cell, CellStatus, Size, StudyConfig};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -180,7 +180,8 @@ fn config(args: &Args) -> Result<StudyConfig, String> {
     };
     let out = args.out.clone().unwrap_or_else(|| {
         PathBuf::from("results").join(format!(
-            "nvm-2015-{}",
+            "{}-{}",
+            args.name,
             study::env::utc_stamp(study::env::unix_now())
         ))
     });
@@ -247,7 +248,11 @@ pub fn run(args: &Args) -> u8 {
         cfg.out_dir.display()
     );
     let mut progress = Progress::new(1);
-    let result = match study::run_nvm2015(&cfg, &kernel::interrupted, &mut progress) {
+    let Some(def) = study::find(&args.name) else {
+        eprintln!("nvmfs study: unknown study {}", args.name);
+        return 2;
+    };
+    let result = match study::run_study(def, &cfg, &kernel::interrupted, &mut progress) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("nvmfs study: {e}");

@@ -2,11 +2,89 @@
 //! between two variants on one workload, and the run rules decide whether
 //! this run shows the same direction with a significant difference.
 
-use super::nvm2015::{self, Finding, Metric};
 use super::targets::matches_name;
 use super::Cell;
 use crate::stats::{compare, Summary};
 use serde::Serialize;
+
+/// A ratio between two variants on one workload that the paper reports.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PaperRatio {
+    pub workload: &'static str,
+    /// Numerator and denominator: lab variant names (`nvmfs` stands in for
+    /// the paper's PMFS, the direct-access file system).
+    pub a: &'static str,
+    pub b: &'static str,
+    /// a / b in the paper (read from its text), if it gives one.
+    pub paper: Option<f64>,
+    /// Which way the finding says the ratio goes: above 1 or below 1. For ops/s above 1 is
+    /// a faster; for a latency it is a slower.
+    pub expect_above_one: bool,
+    /// What is compared.
+    pub metric: Metric,
+}
+
+/// The quantity a paper ratio compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// The cell's headline rate (ops/s, or tpmC for TPC-C), mean over kept trials.
+    OpsPerSec,
+    /// Mean latency of one YCSB operation type at the workload's fixed load.
+    Latency(&'static str),
+}
+
+/// One finding of the paper and the ratios that test it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    pub id: &'static str,
+    pub statement: &'static str,
+    /// Where in the paper and what it measured.
+    pub paper_evidence: &'static str,
+    pub ratios: Vec<PaperRatio>,
+    /// Why a run on this machine may not show it.
+    pub caveat: &'static str,
+    /// The paper says the variants do not differ: each ratio is reproduced when this run
+    /// finds no significant difference, whichever way it leans.
+    pub no_difference: bool,
+}
+
+/// An ops/s (or tpmC) ratio: `a`'s rate over `b`'s on `workload`.
+pub fn r(
+    workload: &'static str,
+    a: &'static str,
+    b: &'static str,
+    paper: Option<f64>,
+    faster: bool,
+) -> PaperRatio {
+    PaperRatio {
+        workload,
+        a,
+        b,
+        paper,
+        expect_above_one: faster,
+        metric: Metric::OpsPerSec,
+    }
+}
+
+/// A latency ratio: `op`'s mean latency on `a` over that on `b` at the fixed load.
+pub fn lat(
+    workload: &'static str,
+    op: &'static str,
+    a: &'static str,
+    b: &'static str,
+    paper: Option<f64>,
+    above_one: bool,
+) -> PaperRatio {
+    PaperRatio {
+        workload,
+        a,
+        b,
+        paper,
+        expect_above_one: above_one,
+        metric: Metric::Latency(op),
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -73,7 +151,7 @@ fn summary_of<'a>(
     Some((cell.target.as_str(), s))
 }
 
-fn check_ratio(cells: &[Cell], r: &nvm2015::PaperRatio, no_difference: bool) -> RatioCheck {
+fn check_ratio(cells: &[Cell], r: &PaperRatio, no_difference: bool) -> RatioCheck {
     let a = summary_of(cells, r.workload, r.a, r.metric);
     let b = summary_of(cells, r.workload, r.b, r.metric);
     let (measured, significant, verdict) = match (a, b) {
@@ -129,16 +207,13 @@ fn overall(ratios: &[RatioCheck]) -> Verdict {
     }
 }
 
-/// Every finding of [`nvm2015::findings`] against `cells`.
-pub fn check_all(cells: &[Cell]) -> Vec<FindingCheck> {
-    nvm2015::findings()
-        .iter()
-        .map(|f| check_one(cells, f))
-        .collect()
+/// Every finding of a study against `cells`.
+pub fn check_all(findings: &[Finding], cells: &[Cell]) -> Vec<FindingCheck> {
+    findings.iter().map(|f| check_one(cells, f)).collect()
 }
 
 fn check_one(cells: &[Cell], f: &Finding) -> FindingCheck {
-    let none = nvm2015::expects_no_difference(f);
+    let none = f.no_difference;
     let ratios: Vec<RatioCheck> = f
         .ratios
         .iter()
@@ -208,7 +283,7 @@ mod tests {
             cell("fileserver", "xfs-ag126", &[130.0, 131.0, 129.0]),
             cell("fileserver", "xfs", &[100.0, 101.0, 99.0]),
         ];
-        let checks = check_all(&cells);
+        let checks = check_all(&crate::study::nvm2015::findings(), &cells);
         let direct = checks
             .iter()
             .find(|c| c.id == "direct-access-beats-page-cache")

@@ -13,15 +13,19 @@ pub mod findings;
 pub mod nvm2015;
 pub mod report;
 pub mod targets;
+pub mod workload;
+
+pub use workload::Size;
 
 use crate::filebench::{Progress, RunConfig, RunResult};
 use crate::stats::Summary;
-use nvm2015::{Size, StudyWorkload, WorkloadConfig};
+use findings::Finding;
 use serde::Serialize;
 use std::io;
 use std::path::PathBuf;
 use std::time::Instant;
 use targets::StudyTarget;
+use workload::{StudyWorkload, WorkloadConfig};
 
 /// Everything a study run needs.
 #[derive(Debug, Clone, Serialize)]
@@ -183,9 +187,40 @@ impl Cell {
     }
 }
 
+/// A source study the lab reproduces: each is a module (like [`nvm2015`]) that defines one.
+pub struct StudyDef {
+    /// The name `nvmfs study NAME` takes, e.g. `nvm-2015`.
+    pub name: &'static str,
+    /// The heading of report.md after the name.
+    pub title: &'static str,
+    /// Every workload (bar group) at a size, in the order they run.
+    pub workloads: fn(Size) -> Vec<StudyWorkload>,
+    /// The paper's findings a run can check.
+    pub findings: fn() -> Vec<Finding>,
+    /// The opening paragraphs of report.md.
+    pub intro: fn(&StudyResult) -> String,
+}
+
+impl std::fmt::Debug for StudyDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Every study `nvmfs study` knows.
+pub const STUDIES: &[&StudyDef] = &[&nvm2015::STUDY];
+
+/// The study called `name`.
+pub fn find(name: &str) -> Option<&'static StudyDef> {
+    STUDIES.iter().copied().find(|s| s.name == name)
+}
+
 /// The whole run.
 #[derive(Debug, Clone, Serialize)]
 pub struct StudyResult {
+    /// Which study ran.
+    #[serde(skip)]
+    pub study: &'static StudyDef,
     pub config: StudyConfig,
     pub workloads: Vec<StudyWorkload>,
     pub targets: Vec<targets::TargetEntry>,
@@ -202,14 +237,15 @@ pub trait StudyProgress {
     fn cell_done(&mut self, cell: &Cell);
 }
 
-/// Runs seed 000's Filebench workloads over every available target.
-pub fn run_nvm2015(
+/// Runs a study's workloads over every available target.
+pub fn run_study(
+    study: &'static StudyDef,
     cfg: &StudyConfig,
     interrupted: &dyn Fn() -> bool,
     progress: &mut dyn StudyProgress,
 ) -> io::Result<StudyResult> {
     let start = Instant::now();
-    let workloads: Vec<StudyWorkload> = nvm2015::all_workloads(cfg.size)
+    let workloads: Vec<StudyWorkload> = (study.workloads)(cfg.size)
         .into_iter()
         .filter(|w| cfg.only_workloads.is_empty() || cfg.only_workloads.contains(&w.id))
         .collect();
@@ -218,7 +254,7 @@ pub fn run_nvm2015(
             io::ErrorKind::InvalidInput,
             format!(
                 "no workload selected; known: {}",
-                nvm2015::all_workloads(cfg.size)
+                (study.workloads)(cfg.size)
                     .iter()
                     .map(|w| w.id.as_str())
                     .collect::<Vec<_>>()
@@ -253,6 +289,7 @@ pub fn run_nvm2015(
         }
     }
     Ok(StudyResult {
+        study,
         config: cfg.clone(),
         workloads,
         targets: target_list,

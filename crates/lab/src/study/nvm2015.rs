@@ -1,94 +1,26 @@
-//! Seed 000, "An Empirical Study of File Systems on NVM" (MSST 2015): the
-//! Filebench part (Table I; Figs. 2-4) and the findings a run can check.
+//! Seed 000, "An Empirical Study of File Systems on NVM" (MSST 2015): the Filebench
+//! workloads (Table I; Figs. 2-4), the application workloads (TPC-C, YCSB A-F; Figs. 5-11)
+//! and the findings a run can check.
 
 use super::database::{self, TpccWorkload, YcsbWorkload};
+use super::findings::{lat, r, Finding};
+use super::workload::{FilebenchWorkload, Size, StudyWorkload, WorkloadConfig};
+use super::{StudyDef, StudyResult};
 use crate::filebench::{Personality, PersonalityConfig, SizeDist};
 use crate::tpcc::Scale;
-use serde::Serialize;
+use std::fmt::Write as _;
+
+/// The study as `nvmfs study nvm-2015` runs it.
+pub const STUDY: StudyDef = StudyDef {
+    name: "nvm-2015",
+    title: "Filebench and databases on nvmfs and kernel file systems",
+    workloads: all_workloads,
+    findings,
+    intro,
+};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
-
-/// How big a run is relative to the paper's Table I.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Size {
-    /// 1/50 of the paper's file counts; under 15 minutes on 2 cores.
-    Quick,
-    /// 1/10 of the paper's file counts.
-    Default,
-    /// The paper's file counts (100K and 500K files).
-    Full,
-}
-
-impl Size {
-    /// Divisor of the paper's file counts.
-    pub fn divisor(self) -> usize {
-        match self {
-            Size::Quick => 50,
-            Size::Default => 10,
-            Size::Full => 1,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Size::Quick => "quick",
-            Size::Default => "default",
-            Size::Full => "full",
-        }
-    }
-}
-
-/// One bar group of the paper's figures.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StudyWorkload {
-    /// e.g. `webproxy-d0.7`.
-    pub id: String,
-    /// The figure it belongs to (`Fig. 2`, `Fig. 3`, `Fig. 4`, or `extra`).
-    pub figure: &'static str,
-    /// What runs: the benchmark and its parameters.
-    pub config: WorkloadConfig,
-}
-
-/// The benchmark of a study workload.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "benchmark", rename_all = "snake_case")]
-pub enum WorkloadConfig {
-    Filebench(FilebenchWorkload),
-    /// A YCSB core workload on SQLite (the paper: MongoDB, Figs. 6-11).
-    Ycsb(YcsbWorkload),
-    /// TPC-C on SQLite (the paper: MySQL, Fig. 5).
-    Tpcc(TpccWorkload),
-}
-
-/// A Filebench personality as the paper's Table I sets it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FilebenchWorkload {
-    /// The paper's directory depth for this workload.
-    pub paper_depth: Option<f64>,
-    /// The paper's file count.
-    pub paper_files: usize,
-    pub personality: PersonalityConfig,
-}
-
-impl StudyWorkload {
-    /// The Filebench personality, when the workload is one.
-    pub fn personality(&self) -> Option<&PersonalityConfig> {
-        match &self.config {
-            WorkloadConfig::Filebench(f) => Some(&f.personality),
-            _ => None,
-        }
-    }
-
-    /// [`StudyWorkload::personality`], mutable (tests and scaled runs adjust it).
-    pub fn personality_mut(&mut self) -> Option<&mut PersonalityConfig> {
-        match &mut self.config {
-            WorkloadConfig::Filebench(f) => Some(&mut f.personality),
-            _ => None,
-        }
-    }
-}
 
 /// Directory width that gives `depth` = ln(files)/ln(width) at the paper's
 /// file count. Scaled runs keep the width (files per directory), which is
@@ -255,81 +187,6 @@ pub fn all_workloads(size: Size) -> Vec<StudyWorkload> {
     w
 }
 
-/// A ratio between two variants on one workload that the paper reports.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct PaperRatio {
-    pub workload: &'static str,
-    /// Numerator and denominator: lab variant names (`nvmfs` stands in for
-    /// the paper's PMFS, the direct-access file system).
-    pub a: &'static str,
-    pub b: &'static str,
-    /// a / b in the paper (read from its text), if it gives one.
-    pub paper: Option<f64>,
-    /// Which way the finding says the ratio goes: above 1 or below 1. For ops/s above 1 is
-    /// a faster; for a latency it is a slower.
-    pub expect_above_one: bool,
-    /// What is compared.
-    pub metric: Metric,
-}
-
-/// The quantity a paper ratio compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    /// The cell's headline rate (ops/s, or tpmC for TPC-C), mean over kept trials.
-    OpsPerSec,
-    /// Mean latency of one YCSB operation type at the workload's fixed load.
-    Latency(&'static str),
-}
-
-/// One finding of the paper and the ratios that test it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Finding {
-    pub id: &'static str,
-    pub statement: &'static str,
-    /// Where in the paper and what it measured.
-    pub paper_evidence: &'static str,
-    pub ratios: Vec<PaperRatio>,
-    /// Why a run on this machine may not show it.
-    pub caveat: &'static str,
-}
-
-fn r(
-    workload: &'static str,
-    a: &'static str,
-    b: &'static str,
-    paper: Option<f64>,
-    faster: bool,
-) -> PaperRatio {
-    PaperRatio {
-        workload,
-        a,
-        b,
-        paper,
-        expect_above_one: faster,
-        metric: Metric::OpsPerSec,
-    }
-}
-
-/// A latency ratio: `op`'s mean latency on `a` over that on `b` at the fixed load.
-fn lat(
-    workload: &'static str,
-    op: &'static str,
-    a: &'static str,
-    b: &'static str,
-    paper: Option<f64>,
-    above_one: bool,
-) -> PaperRatio {
-    PaperRatio {
-        workload,
-        a,
-        b,
-        paper,
-        expect_above_one: above_one,
-        metric: Metric::Latency(op),
-    }
-}
-
 /// The findings of Section IV (and the summary) that Figs. 2-4 support.
 pub fn findings() -> Vec<Finding> {
     vec![
@@ -345,6 +202,7 @@ pub fn findings() -> Vec<Finding> {
                 r("webserver", "nvmfs", "ext4", Some(1.0 / 0.35), true),
             ],
             caveat: "nvmfs stands in for PMFS; the kernel file systems here sit on a loop device with direct I/O over tmpfs, not a 2015 ramdisk driver",
+            no_difference: false,
         },
         Finding {
             id: "ext2-collapses-on-flat-directory",
@@ -355,6 +213,7 @@ pub fn findings() -> Vec<Finding> {
                 r("webproxy-d3.4", "ext2", "ext3", None, true),
             ],
             caveat: "the flat directory holds 1/50 (quick) or 1/10 (default) of the paper's 500K files, so ext2's linear scans are that much shorter; run --full for the paper's size",
+            no_difference: false,
         },
         Finding {
             id: "nvmfs-hashed-directories-hold-up-flat",
@@ -362,6 +221,7 @@ pub fn findings() -> Vec<Finding> {
             paper_evidence: "Fig. 3: PMFS was 41-45x below ext3-xip at depth 0.7 (linear directories, one allocation lock)",
             ratios: vec![r("webproxy-d0.7", "nvmfs", "ext3", Some(1.0 / 43.0 * 1.15), true)],
             caveat: "the paper's ratio is PMFS's; nvmfs is expected to go the other way",
+            no_difference: false,
         },
         Finding {
             id: "delalloc-hurts-many-small-files",
@@ -369,6 +229,7 @@ pub fn findings() -> Vec<Finding> {
             paper_evidence: "Fig. 3: ext4-no-del was 1.6x ext4-buf on webproxy at depth 0.7 (500K files of 32K)",
             ratios: vec![r("webproxy-d0.7", "ext4-nodelalloc", "ext4", Some(1.6), true)],
             caveat: "ext4's delayed allocation has changed a lot since Linux 3.11, and with few files per trial fewer allocations are pending",
+            no_difference: false,
         },
         Finding {
             id: "delalloc-helps-fileserver",
@@ -376,6 +237,7 @@ pub fn findings() -> Vec<Finding> {
             paper_evidence: "Fig. 2: with nodelalloc the ext3-ext4 gap fell from 34% to 23% on fileserver (ext4-buf about 1.09x ext4-no-del)",
             ratios: vec![r("fileserver", "ext4", "ext4-nodelalloc", Some(1.34 / 1.23), true)],
             caveat: "a 9% effect: inside the noise of short trials on a shared 2-core machine",
+            no_difference: false,
         },
         Finding {
             id: "more-xfs-ags-help-fileserver",
@@ -386,6 +248,7 @@ pub fn findings() -> Vec<Finding> {
                 r("webproxy-d2.1", "xfs-ag", "xfs", Some(1.24), true),
             ],
             caveat: "AG parallelism needs parallel allocators; this machine has 2 cores (the paper 8), and a small device caps the AG count",
+            no_difference: false,
         },
         Finding {
             id: "data-journaling-is-expensive",
@@ -396,6 +259,7 @@ pub fn findings() -> Vec<Finding> {
                 r("fileserver", "nvmfs", "ext3-journal", Some(5.0), true),
             ],
             caveat: "",
+            no_difference: false,
         },
         Finding {
             id: "read-mostly-narrows-differences",
@@ -406,6 +270,7 @@ pub fn findings() -> Vec<Finding> {
                 r("webserver", "ext2", "ext4", Some(1.0), true),
             ],
             caveat: "checked as 'no significant difference' rather than a direction",
+            no_difference: true,
         },
         Finding {
             id: "direct-access-ahead-on-tpcc",
@@ -419,6 +284,7 @@ pub fn findings() -> Vec<Finding> {
                 r("tpcc", "nvmfs", "ext3-journal", Some(1.32), true),
             ],
             caveat: "SQLite stands in for MySQL/InnoDB (one writer at a time, WAL synced at every commit), with one warehouse instead of 400; the paper's client latency included a 12-15 us network hop, which narrowed its differences",
+            no_difference: false,
         },
         Finding {
             id: "ycsb-updates-slow-reads-on-buffered",
@@ -433,6 +299,7 @@ pub fn findings() -> Vec<Finding> {
                 lat("ycsb-b", "READ", "ext4", "nvmfs", None, true),
             ],
             caveat: "SQLite with a mapped database stands in for MongoDB; its READ path is a B-tree walk over the mapping, and its updates go to a WAL through write(2) rather than stores into the mapping",
+            no_difference: false,
         },
         Finding {
             id: "ycsb-read-only-alike",
@@ -444,6 +311,7 @@ pub fn findings() -> Vec<Finding> {
                 lat("ycsb-c", "READ", "xfs", "nvmfs", Some(1.0), true),
             ],
             caveat: "checked as 'no significant difference'",
+            no_difference: true,
         },
         Finding {
             id: "ycsb-d-alike",
@@ -455,6 +323,7 @@ pub fn findings() -> Vec<Finding> {
                 lat("ycsb-d", "READ", "ext2", "nvmfs", Some(1.0), true),
             ],
             caveat: "checked as 'no significant difference'; inserts into SQLite's WAL are appends through write(2) on the kernel file systems, as MongoDB's journal writes were",
+            no_difference: true,
         },
         Finding {
             id: "ycsb-d-data-journal-inserts",
@@ -465,6 +334,7 @@ pub fn findings() -> Vec<Finding> {
                 lat("ycsb-d", "INSERT", "ext3-journal", "ext3", Some(1.34), true),
             ],
             caveat: "with synchronous=NORMAL SQLite syncs its WAL only at checkpoints, so the journal's extra copy is paid rarely",
+            no_difference: false,
         },
         Finding {
             id: "ycsb-e-scans-favour-direct-access",
@@ -476,16 +346,48 @@ pub fn findings() -> Vec<Finding> {
                 lat("ycsb-e", "SCAN", "xfs", "nvmfs", Some(2.35), true),
             ],
             caveat: "SQLite's scans read the mapping through a cursor; once mapped, the kernel's pages fault only on first touch",
+            no_difference: false,
         },
     ]
 }
 
-/// Findings whose ratios are expected to be about 1 (no difference).
-pub fn expects_no_difference(f: &Finding) -> bool {
-    matches!(
-        f.id,
-        "read-mostly-narrows-differences" | "ycsb-read-only-alike" | "ycsb-d-alike"
-    )
+/// The opening paragraphs of report.md: what was run and how.
+fn intro(result: &StudyResult) -> String {
+    let cfg = &result.config;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Reproduces \"An Empirical Study of File Systems on NVM\" (MSST 2015): its Filebench figures (Figs. 2-4) and its application figures (Figs. 5-11). \
+         `{}` run: file counts are 1/{} of the paper's Table I, everything else (file sizes, directory widths, \
+         I/O sizes, 50 threads, flowop order) as in the paper. {} trials per workload and target, the first \
+         discarded; {} s warm-up and {} s measured each; kernel file systems are made fresh for every workload \
+         and remounted before every trial. Total time {:.0} s{}.\n",
+        cfg.size.name(),
+        cfg.size.divisor(),
+        cfg.trials,
+        cfg.warmup_seconds,
+        cfg.run_seconds,
+        result.wall_seconds,
+        if result.interrupted { " (interrupted: partial results)" } else { "" }
+    );
+    if result.workloads.iter().any(|w| w.personality().is_none()) {
+        let _ = writeln!(
+            s,
+            "The application workloads (Figs. 5-11) run on SQLite, in-process on every target: on nvmfs through \
+             the nvmfs SQLite VFS (no system call on the data path; the mapped database read in place), on the \
+             others as plain files. TPC-C stands in for the paper's MySQL run (WAL synced at every commit, as \
+             MySQL fsyncs its log); YCSB for its MongoDB run (WAL synced at checkpoints, the database mapped, \
+             as MongoDB's journal and memory-mapped files). The database is loaded once per workload and target; \
+             {} trials follow, each after a remount, the first discarded; a YCSB trial runs {} s flat out (the \
+             ops/s compared) and then {} s at the workload's fixed offered load (the latencies of Figs. 6-11); a \
+             TPC-C trial runs {} s (tpmC).\n",
+            cfg.db.trials,
+            cfg.db.run_seconds,
+            cfg.db.run_seconds,
+            cfg.db.run_seconds * 2.0
+        );
+    }
+    s
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 
 use super::env::Environment;
 use super::findings::{self, FindingCheck};
-use super::nvm2015::{StudyWorkload, WorkloadConfig};
 use super::targets::matches_name;
+use super::workload::{StudyWorkload, WorkloadConfig};
 use super::{Cell, CellStatus, StudyResult};
 use crate::chart::{self, Bar, BarChart, Series};
 use crate::stats::{compare, Summary};
@@ -14,8 +14,10 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Identifies the JSON layout of `results.json`.
-pub const SCHEMA: &str = "nvmfs-lab/study-nvm-2015/v2";
+/// Identifies the JSON layout of `results.json`: `nvmfs-lab/study-<name>/v2`.
+pub fn schema(study: &str) -> String {
+    format!("nvmfs-lab/study-{study}/v2")
+}
 
 /// One row of the results table.
 #[derive(Debug, Clone, Serialize)]
@@ -41,12 +43,12 @@ pub struct Row {
 /// `results.json`.
 #[derive(Debug, Serialize)]
 pub struct ResultsFile<'a> {
-    pub schema: &'static str,
+    pub schema: String,
     pub study: &'static str,
     pub baseline: &'a str,
     pub environment: &'a Environment,
     pub config: &'a super::StudyConfig,
-    pub workloads: &'a [super::nvm2015::StudyWorkload],
+    pub workloads: &'a [StudyWorkload],
     pub targets: &'a [super::targets::TargetEntry],
     pub rows: &'a [Row],
     pub findings: &'a [FindingCheck],
@@ -150,7 +152,7 @@ pub fn write_all(result: &StudyResult, env: &Environment) -> io::Result<Written>
     std::fs::create_dir_all(dir.join("raw"))
         .map_err(|e| io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display())))?;
     let rows = rows(result);
-    let checks = findings::check_all(&result.cells);
+    let checks = findings::check_all(&(result.study.findings)(), &result.cells);
     let mut w = Written {
         dir: dir.clone(),
         files: Vec::new(),
@@ -166,8 +168,8 @@ pub fn write_all(result: &StudyResult, env: &Environment) -> io::Result<Written>
     }
     put(&mut w, "trials.csv", trials_csv(result))?;
     let file = ResultsFile {
-        schema: SCHEMA,
-        study: "nvm-2015",
+        schema: schema(result.study.name),
+        study: result.study.name,
         baseline: &result.config.baseline,
         environment: env,
         config: &result.config,
@@ -538,42 +540,8 @@ fn markdown(
 ) -> String {
     let cfg = &result.config;
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "# nvm-2015: Filebench and databases on nvmfs and kernel file systems\n"
-    );
-    let _ = writeln!(
-        s,
-        "Reproduces the Filebench part of \"An Empirical Study of File Systems on NVM\" (MSST 2015, Figs. 2-4). \
-         `{}` run: file counts are 1/{} of the paper's Table I, everything else (file sizes, directory widths, \
-         I/O sizes, 50 threads, flowop order) as in the paper. {} trials per workload and target, the first \
-         discarded; {} s warm-up and {} s measured each; kernel file systems are made fresh for every workload \
-         and remounted before every trial. Total time {:.0} s{}.\n",
-        cfg.size.name(),
-        cfg.size.divisor(),
-        cfg.trials,
-        cfg.warmup_seconds,
-        cfg.run_seconds,
-        result.wall_seconds,
-        if result.interrupted { " (interrupted: partial results)" } else { "" }
-    );
-    if result.workloads.iter().any(|w| w.personality().is_none()) {
-        let _ = writeln!(
-            s,
-            "The application workloads (Figs. 5-11) run on SQLite, in-process on every target: on nvmfs through \
-             the nvmfs SQLite VFS (no system call on the data path; the mapped database read in place), on the \
-             others as plain files. TPC-C stands in for the paper's MySQL run (WAL synced at every commit, as \
-             MySQL fsyncs its log); YCSB for its MongoDB run (WAL synced at checkpoints, the database mapped, \
-             as MongoDB's journal and memory-mapped files). The database is loaded once per workload and target; \
-             {} trials follow, each after a remount, the first discarded; a YCSB trial runs {} s flat out (the \
-             ops/s compared) and then {} s at the workload's fixed offered load (the latencies of Figs. 6-11); a \
-             TPC-C trial runs {} s (tpmC).\n",
-            cfg.db.trials,
-            cfg.db.run_seconds,
-            cfg.db.run_seconds,
-            cfg.db.run_seconds * 2.0
-        );
-    }
+    let _ = writeln!(s, "# {}: {}\n", result.study.name, result.study.title);
+    s.push_str(&(result.study.intro)(result));
     let _ = writeln!(s, "## nvmfs against the best kernel variant\n");
     let _ = writeln!(
         s,
@@ -610,8 +578,8 @@ fn markdown(
         let _ = writeln!(s, "|---|---|---|---|---|---|");
         for r in &f.ratios {
             let what = match r.metric {
-                super::nvm2015::Metric::OpsPerSec => String::new(),
-                super::nvm2015::Metric::Latency(op) => format!(" {op} latency"),
+                findings::Metric::OpsPerSec => String::new(),
+                findings::Metric::Latency(op) => format!(" {op} latency"),
             };
             let _ = writeln!(
                 s,

@@ -2,7 +2,7 @@
 //! variant of Table III this machine can provision on a RAM-backed loop
 //! device, and on request any mounted directory (`dir:PATH`).
 
-use super::nvm2015::StudyWorkload;
+use super::workload::StudyWorkload;
 use crate::filebench::{
     self, LabTarget, Personality, PersonalityConfig, Progress, RunConfig, RunResult,
 };

@@ -40,11 +40,10 @@ fn no_leftovers() {
         "{:?}",
         kernel::live_resources()
     );
+    // Only this process's mounts: a study running beside the tests has its own.
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-    assert!(
-        !mounts.contains("nvmfs-lab-mnt"),
-        "a lab mount is left: {mounts}"
-    );
+    let ours = format!("nvmfs-lab-mnt-{}-", std::process::id());
+    assert!(!mounts.contains(&ours), "a lab mount is left: {mounts}");
     let shm: Vec<String> = std::fs::read_dir("/dev/shm")
         .map(|d| {
             d.filter_map(|e| e.ok())
@@ -68,7 +67,7 @@ fn study_runs_and_writes_its_results_directory() {
         &["nvmfs", "tmpfs"]
     };
     let cfg = tiny_config(out.path().join("r"), targets, &["webserver", "varmail"]);
-    let result = run_nvm2015(&cfg, &|| false, &mut Quiet).unwrap();
+    let result = run_study(&nvm2015::STUDY, &cfg, &|| false, &mut Quiet).unwrap();
     assert_eq!(result.cells.len(), 4);
     for c in &result.cells {
         assert_eq!(c.status, CellStatus::Ok, "{} on {}", c.workload, c.target);
@@ -93,7 +92,7 @@ fn study_runs_and_writes_its_results_directory() {
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(cfg.out_dir.join("results.json")).unwrap())
             .unwrap();
-    assert_eq!(json["schema"], report::SCHEMA);
+    assert_eq!(json["schema"], "nvmfs-lab/study-nvm-2015/v2");
     assert_eq!(json["rows"].as_array().unwrap().len(), 4);
     // trials.csv: a header and one row per trial (2 per cell).
     let csv = std::fs::read_to_string(cfg.out_dir.join("trials.csv")).unwrap();
@@ -155,7 +154,7 @@ fn fuse_and_dir_targets_run_and_leave_nothing() {
         wanted.push(targets::FUSE_NAME);
     }
     let cfg = tiny_config(out.path().join("r"), &wanted, &["varmail"]);
-    let result = run_nvm2015(&cfg, &|| false, &mut Quiet).unwrap();
+    let result = run_study(&nvm2015::STUDY, &cfg, &|| false, &mut Quiet).unwrap();
     assert_eq!(result.cells.len(), wanted.len());
     for c in &result.cells {
         assert_eq!(c.status, CellStatus::Ok, "{} on {}", c.workload, c.target);
@@ -200,15 +199,15 @@ fn target_names_become_safe_file_names() {
 }
 
 /// Tiny YCSB and TPC-C workloads: the study's own, shrunk.
-fn tiny_database_workloads() -> Vec<nvm2015::StudyWorkload> {
+fn tiny_database_workloads() -> Vec<workload::StudyWorkload> {
     let mut out = Vec::new();
     for mut w in nvm2015::database_workloads(Size::Quick) {
         match &mut w.config {
-            nvm2015::WorkloadConfig::Ycsb(y) if matches!(y.letter, 'a' | 'e') => {
+            workload::WorkloadConfig::Ycsb(y) if matches!(y.letter, 'a' | 'e') => {
                 y.records = 500;
                 y.fixed_load_ops_per_sec = 2_000.0;
             }
-            nvm2015::WorkloadConfig::Tpcc(t) => {
+            workload::WorkloadConfig::Tpcc(t) => {
                 t.scale = crate::tpcc::Scale {
                     items: 1_000,
                     customers_per_district: 30,
@@ -274,6 +273,7 @@ fn database_cells_run_check_their_databases_and_report_latency() {
     }
     no_leftovers();
     let result = StudyResult {
+        study: &nvm2015::STUDY,
         config: cfg.clone(),
         workloads,
         targets,
