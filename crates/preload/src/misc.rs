@@ -400,6 +400,33 @@ pub unsafe extern "C" fn umask(mask: libc::mode_t) -> libc::mode_t {
     old
 }
 
+/// The set*id family: the C library's own, then the preload's cached ids are dropped.
+macro_rules! setid_fn {
+    ($($name:ident ( $($a:ident : $t:ty),* );)*) => {
+        $(
+            /// # Safety
+            /// C ABI.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+                let r = real::$name($($a),*);
+                state::forget_creds();
+                r
+            }
+        )*
+    };
+}
+
+setid_fn! {
+    setuid(uid: libc::uid_t);
+    seteuid(uid: libc::uid_t);
+    setreuid(ruid: libc::uid_t, euid: libc::uid_t);
+    setresuid(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t);
+    setgid(gid: libc::gid_t);
+    setegid(gid: libc::gid_t);
+    setregid(rgid: libc::gid_t, egid: libc::gid_t);
+    setresgid(rgid: libc::gid_t, egid: libc::gid_t, sgid: libc::gid_t);
+}
+
 // ---- copies between descriptors --------------------------------------------------------
 
 fn read_any(

@@ -206,6 +206,14 @@ reals! {
     fn fileno(f: *mut FILE) -> c_int;
     fn fileno_unlocked(f: *mut FILE) -> c_int;
     fn umask(mask: mode_t) -> mode_t;
+    fn setuid(uid: uid_t) -> c_int;
+    fn seteuid(uid: uid_t) -> c_int;
+    fn setreuid(ruid: uid_t, euid: uid_t) -> c_int;
+    fn setresuid(ruid: uid_t, euid: uid_t, suid: uid_t) -> c_int;
+    fn setgid(gid: gid_t) -> c_int;
+    fn setegid(gid: gid_t) -> c_int;
+    fn setregid(rgid: gid_t, egid: gid_t) -> c_int;
+    fn setresgid(rgid: gid_t, egid: gid_t, sgid: gid_t) -> c_int;
     fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off64_t) -> *mut c_void;
     fn munmap(addr: *mut c_void, len: size_t) -> c_int;
     fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int;

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use nvmfs::shared::{SharedMount, SharedOptions};
@@ -296,14 +296,25 @@ pub struct Creds {
 }
 
 impl Creds {
+    /// The effective ids, read from the kernel once and kept until an interposed set*id
+    /// call changes them (see [`forget_creds`]): two system calls fewer on every path call.
     pub fn effective() -> Creds {
+        let v = EFFECTIVE.load(Ordering::Relaxed);
+        if v != UNKNOWN {
+            return Creds {
+                uid: (v >> 32) as u32,
+                gid: v as u32,
+            };
+        }
         // SAFETY: plain getters.
-        unsafe {
+        let c = unsafe {
             Creds {
                 uid: libc::geteuid(),
                 gid: libc::getegid(),
             }
-        }
+        };
+        EFFECTIVE.store(u64::from(c.uid) << 32 | u64::from(c.gid), Ordering::Relaxed);
+        c
     }
     pub fn real() -> Creds {
         // SAFETY: plain getters.
@@ -341,6 +352,18 @@ impl Creds {
         } & 7;
         bits & want == want
     }
+}
+
+/// The cached effective ids, uid << 32 | gid; [`UNKNOWN`] until read. (uid_t)-1 and
+/// (gid_t)-1 are never ids, so the value cannot be a real pair.
+static EFFECTIVE: AtomicU64 = AtomicU64::new(UNKNOWN);
+const UNKNOWN: u64 = u64::MAX;
+
+/// Drops the cached effective ids: the set*id interposers call it after the C library
+/// changed them. A program that changes its ids with a raw system call bypasses this (as it
+/// bypasses the C library's own caches); README lists it among the limits.
+pub fn forget_creds() {
+    EFFECTIVE.store(UNKNOWN, Ordering::Relaxed);
 }
 
 static UMASK: AtomicU32 = AtomicU32::new(0o022);
