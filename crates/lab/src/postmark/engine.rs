@@ -22,6 +22,11 @@
 //! - a transaction is not started once every file created has been deleted
 //!   (Postmark's "out of files!").
 //!
+//! Errors: an I/O error ends the phase with the error, naming the operation
+//! and path (Postmark prints it and carries on, with its counts then off); so
+//! does a read that gets fewer bytes than were written, which Postmark does
+//! not check.
+//!
 //! Locations: with none or one, files go in the instance's base directory
 //! (one location is where the target is; the runner puts the target there).
 //! With several, each is a directory under the base named by its path (a

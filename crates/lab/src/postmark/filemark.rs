@@ -152,7 +152,7 @@ impl FilemarkConfig {
     fn instance_config(&self) -> super::PostmarkConfig {
         super::PostmarkConfig {
             number: self.files,
-            transactions: self.transactions.max(1),
+            transactions: self.transactions,
             size_low: self.size_low,
             size_high: self.size_high,
             subdirectories: self.subdirectories,
@@ -282,33 +282,21 @@ where
         .map(|t| Instance::new(cfg.params(t)))
         .collect();
     make_directories(target.fs(), &threads)?;
-    let mut creation = in_parallel(target.fs(), &mut threads, interrupted, Kind::Creation, {
-        |fs, pm, stop, _| {
-            timed(pm, |pm| {
-                let stopped = !pm.create_files(fs, stop)?;
-                Ok(Step {
-                    stopped,
-                    ..Step::default()
-                })
-            })
-        }
-    })?;
     let share = |total: u32| (0..cfg.threads).map(|t| cfg.share(total, t)).collect();
     let mut result = FilemarkResult {
         files_per_thread: share(cfg.files),
         transactions_per_thread: share(cfg.transactions),
-        stopped_early: None,
-        creation: creation.clone(),
+        creation: creation_phase(target.fs(), &mut threads, interrupted)?,
         transaction_phases: Vec::new(),
         deletion: None,
         transactions_per_second: None,
+        stopped_early: None,
     };
-    if creation.interrupted {
+    if result.creation.interrupted {
         result.stopped_early = Some("interrupted".into());
         return Ok(result);
     }
-    creation.remounted = target.remount()?;
-    result.creation = creation;
+    result.creation.remounted = target.remount()?;
     for _ in 0..cfg.phases {
         let mut p = transaction_phase(target.fs(), &mut threads, cfg, interrupted)?;
         if p.interrupted {
@@ -335,6 +323,27 @@ fn make_directories<F: MicroFs>(fs: &F, threads: &[Instance<F::Name>]) -> io::Re
         pm.make_subdirectories(fs)?;
     }
     Ok(())
+}
+
+/// Every thread creates its files.
+fn creation_phase<F: MicroFs + Sync>(
+    fs: &F,
+    threads: &mut [Instance<F::Name>],
+    interrupted: &dyn Fn() -> bool,
+) -> io::Result<PhaseResult>
+where
+    F::Name: Send,
+{
+    let work = |fs: &F, pm: &mut Instance<F::Name>, stop: &dyn Fn() -> bool, _| {
+        timed(pm, |pm| {
+            let stopped = !pm.create_files(fs, stop)?;
+            Ok(Step {
+                stopped,
+                ..Step::default()
+            })
+        })
+    };
+    in_parallel(fs, threads, interrupted, Kind::Creation, work)
 }
 
 /// A transaction phase: each thread's warm-up share untimed, then its

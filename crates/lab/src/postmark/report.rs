@@ -9,9 +9,12 @@
 //! it), "transactions" is the transaction phase, "creation alone" the creation
 //! phase and "deletion alone" the final deletion.
 //!
-//! 1.51's verbose report prints the number of files *created* on its
-//! "deleted" line (fixed in 1.53, the version Debian ships, whose banner still
-//! says 1.51); here `deleted` is the number deleted.
+//! 1.51's reports print the number of files *created* where they mean
+//! deleted, and its terse report divides "deletion alone" by the creation
+//! phase's time (fixed in 1.53 and 1.52; Debian ships 1.53, whose banner still
+//! says 1.51). After a complete run every created file has been deleted, so
+//! the counts agree; here `deleted` is the number deleted and each rate has
+//! its own phase's time.
 
 use super::engine::Counts;
 use crate::filebench::stats::Latency;

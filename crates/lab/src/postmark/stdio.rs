@@ -29,6 +29,7 @@ pub const STDIO_BUFFER: usize = 4096;
 
 /// Where written bytes go: the system call behind `write`.
 pub trait Sink {
+    /// One `write` of all of `data`.
     fn write(&mut self, data: &[u8]) -> io::Result<()>;
     /// The `fstat` glibc makes when it sets up a stream's buffer.
     fn fstat(&self) -> io::Result<()>;
@@ -69,6 +70,7 @@ impl<T: MicroFile> Sink for AtEnd<'_, T> {
 
 /// A stream's data path: each `put` is one `write` or one `fwrite` call.
 pub trait Output {
+    /// One `write` or `fwrite` of all of `data`.
     fn put(&mut self, data: &[u8]) -> io::Result<()>;
     /// `close` or `fclose` (which flushes).
     fn close(self) -> io::Result<()>;
@@ -160,6 +162,7 @@ impl<S: Sink> Output for Buffered<'_, S> {
 /// A stream's read path: each `get` is one `read` or one `fread` call and
 /// returns the bytes it delivered.
 pub trait Input {
+    /// One `read` or `fread` of up to `dst.len()` bytes.
     fn get(&mut self, dst: &mut [u8]) -> io::Result<usize>;
 }
 

@@ -846,3 +846,22 @@ fn filemark_runs_on_a_kernel_directory() {
     assert!(r.transaction_phases.iter().all(|p| !p.remounted));
     assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn configs_and_results_serialise() {
+    let (pmrc, _) = testdata!("locations");
+    let cfg = parse_command_file(pmrc).unwrap().runs[0].clone();
+    let json = serde_json::to_string(&cfg).unwrap();
+    assert_eq!(serde_json::from_str::<PostmarkConfig>(&json).unwrap(), cfg);
+    let fm = FilemarkConfig::large_file(64);
+    let json = serde_json::to_string(&fm).unwrap();
+    assert_eq!(serde_json::from_str::<FilemarkConfig>(&json).unwrap(), fm);
+    let (r, _) = run_file(testdata!("small").0, &[]);
+    let v = serde_json::to_value(&r[0]).unwrap();
+    assert_eq!(v["files"]["created_mixed"], 33);
+    assert_eq!(v["bytes_written"], 330851);
+    let mut fs = MemFs::default();
+    let r = filemark::run(&mut fs, &tiny_filemark(2), NEVER).unwrap();
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["creation"]["counts"]["created"], 103);
+}
