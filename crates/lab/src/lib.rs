@@ -11,6 +11,7 @@ pub mod db;
 pub mod filebench;
 pub mod kernel;
 pub mod micro;
+pub mod postmark;
 pub mod scale;
 pub mod stats;
 pub mod study;

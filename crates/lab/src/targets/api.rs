@@ -76,6 +76,8 @@ pub trait MicroFs {
     fn name(&self, rel: &str) -> Self::Name;
     /// Creates a directory; an existing one is an error.
     fn mkdir(&self, name: &Self::Name) -> io::Result<()>;
+    /// Removes an empty directory.
+    fn rmdir(&self, name: &Self::Name) -> io::Result<()>;
     /// Creates (or truncates) a file for reading and writing.
     fn create(&self, name: &Self::Name) -> io::Result<Self::File>;
     /// Opens an existing file read-only.

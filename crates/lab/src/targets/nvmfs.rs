@@ -81,6 +81,10 @@ impl MicroFs for NvmfsTarget {
         self.fs().create_dir(name.as_str())
     }
 
+    fn rmdir(&self, name: &String) -> io::Result<()> {
+        self.fs().remove_dir(name.as_str())
+    }
+
     fn create(&self, name: &String) -> io::Result<File> {
         OpenOptions::new()
             .read(true)

@@ -36,6 +36,10 @@ impl MicroFs for SysFs {
         fs::create_dir(name)
     }
 
+    fn rmdir(&self, name: &PathBuf) -> io::Result<()> {
+        fs::remove_dir(name)
+    }
+
     fn create(&self, name: &PathBuf) -> io::Result<File> {
         OpenOptions::new()
             .read(true)
