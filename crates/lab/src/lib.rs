@@ -4,8 +4,10 @@
 //! on kernel file systems (through system calls) and reports ops/s and latency
 //! percentiles side by side. [`scale`] measures lookups in a directory of a million
 //! files, DRAM held and mount time. [`db`] holds the embedded databases YCSB's workloads
-//! ([`ycsb`]) run on. [`pgmeter`] runs Iometer access specifications on any target.
+//! ([`ycsb`]) run on. [`pgmeter`] runs Iometer access specifications and [`aim7`] AIM7's disk
+//! subtests and disk mix, both on any target.
 
+pub mod aim7;
 pub mod chart;
 pub mod db;
 pub mod filebench;
