@@ -1,5 +1,7 @@
 //! Scratch targets for the workloads' tests: nvmfs images and kernel directories in /dev/shm
 //! (the temp dir when there is none), named so that runs never collide, removed when dropped.
+//! The prefix is not `nvmfs-lab-` or `nvmfs-study-`: the study's tests, running in the same
+//! process, count files with those prefixes as leftovers.
 
 use crate::targets::nvmfs::NvmfsTarget;
 use crate::targets::sys::{DirTarget, ScratchDir};
@@ -22,14 +24,14 @@ fn shm_dir() -> PathBuf {
 
 /// A fresh nvmfs image of `size_bytes` (sparse) and its path.
 pub fn nvmfs(tag: &str, size_bytes: u64) -> (NvmfsTarget, PathBuf) {
-    let image = shm_dir().join(format!("nvmfs-lab-test-{tag}-{}.img", unique()));
+    let image = shm_dir().join(format!("nvmfs-wltest-{tag}-{}.img", unique()));
     let t = NvmfsTarget::create(image.clone(), size_bytes, 4096).expect("make nvmfs image");
     (t, image)
 }
 
 /// A fresh scratch directory on a kernel file system and its path.
 pub fn dir(tag: &str) -> (DirTarget, PathBuf) {
-    let path = shm_dir().join(format!("nvmfs-lab-test-{tag}-{}", unique()));
+    let path = shm_dir().join(format!("nvmfs-wltest-{tag}-{}", unique()));
     let t = DirTarget::new(ScratchDir::create(path.clone()).expect("make scratch dir"));
     (t, path)
 }

@@ -542,7 +542,7 @@ fn control(
     while t0.elapsed() < run && !stop_now() {
         let wait = run.saturating_sub(t0.elapsed()).min(iv.until_next());
         std::thread::sleep(poll.min(wait).max(Duration::from_millis(1)));
-        iv.sample(shared, run, tick);
+        iv.sample(shared, tick);
     }
     let seconds = t0.elapsed().as_secs_f64();
     Control {
@@ -577,13 +577,15 @@ impl Intervals {
         (self.since.0 + self.every).saturating_duration_since(Instant::now())
     }
 
-    /// Closes the current interval when its time has come (only whole intervals inside the
-    /// measured phase count), and ticks about four times a second.
-    fn sample(&mut self, shared: &Shared, run: Duration, tick: &mut dyn FnMut(Tick)) {
+    /// Closes the current interval when its time has come, and ticks about four times a
+    /// second. Only whole intervals count: the measured phase's last samples come at its end,
+    /// so a last part shorter than an interval is left out. A sample that comes late (the
+    /// controller was not scheduled) closes a longer interval, its rate over its real length.
+    fn sample(&mut self, shared: &Shared, tick: &mut dyn FnMut(Tick)) {
         let now = Instant::now();
         let (ops, bytes) = shared.totals();
         let dt = (now - self.since.0).as_secs_f64();
-        if now >= self.since.0 + self.every && now - self.t0 <= run + self.every / 10 {
+        if now >= self.since.0 + self.every {
             self.done.push(IntervalStats {
                 end_seconds: (now - self.t0).as_secs_f64(),
                 ops_per_sec: (ops - self.since.1) as f64 / dt,
