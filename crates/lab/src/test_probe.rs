@@ -1,7 +1,9 @@
 //! A kernel-directory target that logs every call the workloads make (opens with their mode,
 //! positional reads and writes, syncs, closes, unlinks) and counts, per file, how many I/O
-//! calls are inside at once. Calls can be made to sleep a little, so that every thread that
-//! can have an I/O in flight does. For tests of what workloads issue, not of their speed.
+//! calls are inside at once. Calls can be made to sleep, and the first calls on a file can be
+//! held until a number of them are inside together (a rendezvous), so that "N I/Os in flight
+//! at once" is checked without depending on the scheduler. For tests of what workloads issue,
+//! not of their speed.
 
 use crate::targets::api::{MicroFile, MicroFs};
 use crate::targets::sys::{SysFs, SysMap};
@@ -9,7 +11,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// How a file was opened.
@@ -61,7 +63,11 @@ pub struct Probe {
     pub events: Mutex<Vec<Event>>,
     /// (now, most ever) I/O calls in flight, by path.
     pub in_flight: Mutex<HashMap<PathBuf, (usize, usize)>>,
+    /// Signalled when a count in `in_flight` rises.
+    arrived: Condvar,
     delay: Duration,
+    /// Hold each file's first calls until this many are in flight on it (10 s at most).
+    rendezvous: Option<usize>,
 }
 
 impl Probe {
@@ -84,10 +90,17 @@ pub struct ProbeFs {
 impl ProbeFs {
     /// Probes `root`; each read and write sleeps `delay` inside the call.
     pub fn new(root: &Path, delay: Duration) -> Self {
+        Self::with_rendezvous(root, delay, None)
+    }
+
+    /// Probes `root`, holding the first calls on each file until `rendezvous` of them are in
+    /// flight together (or 10 s have passed); later calls go straight through.
+    pub fn with_rendezvous(root: &Path, delay: Duration, rendezvous: Option<usize>) -> Self {
         ProbeFs {
             inner: SysFs::new(root),
             probe: Arc::new(Probe {
                 delay,
+                rendezvous,
                 ..Probe::default()
             }),
         }
@@ -124,12 +137,7 @@ pub struct ProbeFile {
 
 impl ProbeFile {
     fn probed<T>(&self, event: Event, f: impl FnOnce() -> T) -> T {
-        {
-            let mut m = self.probe.in_flight.lock().unwrap();
-            let e = m.entry(self.path.clone()).or_default();
-            e.0 += 1;
-            e.1 = e.1.max(e.0);
-        }
+        self.enter();
         if !self.probe.delay.is_zero() {
             std::thread::sleep(self.probe.delay);
         }
@@ -139,6 +147,27 @@ impl ProbeFile {
         }
         self.probe.log(event);
         r
+    }
+}
+
+impl ProbeFile {
+    /// Counts the call in flight; before the file's rendezvous is reached, waits for it.
+    fn enter(&self) {
+        let p = &self.probe;
+        let mut m = p.in_flight.lock().unwrap();
+        let e = m.entry(self.path.clone()).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(e.0);
+        let Some(want) = p.rendezvous else { return };
+        p.arrived.notify_all();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while m[&self.path].1 < want {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            m = p.arrived.wait_timeout(m, left).unwrap().0;
+        }
     }
 }
 

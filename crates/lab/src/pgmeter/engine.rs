@@ -51,6 +51,9 @@ pub struct PgmeterConfig {
     pub warmup_seconds: f64,
     /// Length of the measured phase.
     pub run_seconds: f64,
+    /// Optional bound on the measured phase's I/Os (all threads together): it ends at
+    /// whichever of the time and this count comes first (checked every millisecond).
+    pub ops_max: Option<u64>,
     /// Length of the interval statistics pgmeter records (ops/s and MB/s per interval).
     pub interval_seconds: f64,
     pub seed: u64,
@@ -67,6 +70,7 @@ impl PgmeterConfig {
             outstanding: 1,
             warmup_seconds: 30.0,
             run_seconds: 300.0,
+            ops_max: None,
             interval_seconds: 10.0,
             seed: 1,
         }
@@ -100,6 +104,9 @@ impl PgmeterConfig {
                 "file size {} is smaller than the largest transfer of {} ({biggest} bytes)",
                 self.file_size_bytes, self.spec.name
             ));
+        }
+        if self.ops_max == Some(0) {
+            return Err("an op limit must be at least 1".into());
         }
         self.validate_times()
     }
@@ -527,8 +534,11 @@ fn control(
     interrupted: &dyn Fn() -> bool,
     tick: &mut dyn FnMut(Tick),
 ) -> Control {
-    let poll = Duration::from_millis(20);
+    // An op limit is checked at every poll: often, so that a fast test does not overshoot it
+    // by thousands of I/Os.
+    let poll = Duration::from_millis(if cfg.ops_max.is_some() { 1 } else { 20 });
     let stop_now = || shared.any_failed.load(Ordering::Relaxed) || interrupted();
+    let ops_done = || cfg.ops_max.is_some_and(|m| shared.totals().0 >= m);
     let start = Instant::now();
     let warmup = Duration::from_secs_f64(cfg.warmup_seconds);
     while start.elapsed() < warmup && !stop_now() {
@@ -539,11 +549,13 @@ fn control(
     let t0 = Instant::now();
     shared.phase.store(MEASURE, Ordering::SeqCst);
     let mut iv = Intervals::new(t0, every);
-    while t0.elapsed() < run && !stop_now() {
+    while t0.elapsed() < run && !stop_now() && !ops_done() {
         let wait = run.saturating_sub(t0.elapsed()).min(iv.until_next());
         std::thread::sleep(poll.min(wait).max(Duration::from_millis(1)));
         iv.sample(shared, tick);
     }
+    // However late the controller ran, an interval that is complete is counted.
+    iv.sample(shared, tick);
     let seconds = t0.elapsed().as_secs_f64();
     Control {
         seconds,
