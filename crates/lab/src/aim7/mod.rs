@@ -78,6 +78,8 @@ impl Aim7Config {
         (u64::from(self.filesize_kib) + share).min(u64::from(u32::MAX)) as u32
     }
 
+    /// Checks the mix, the job count, the task counts (increasing, 1..=4096), every subrun's
+    /// file size (2 KiB ..= 4 GiB) and the period, naming the bad value.
     pub fn validate(&self) -> Result<(), String> {
         mix::validate_mix(&self.mix)?;
         if !(1..=100_000).contains(&self.jobs_per_task) {

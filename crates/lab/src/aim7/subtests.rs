@@ -52,6 +52,7 @@ impl Subtest {
         Subtest::SyncDiskUpdate,
     ];
 
+    /// The name AIM7 registers it under.
     pub fn name(self) -> &'static str {
         match self {
             Subtest::DiskRr => "disk_rr",
@@ -81,6 +82,7 @@ impl Subtest {
         }
     }
 
+    /// The subtest of an AIM7 name.
     pub fn parse(name: &str) -> Result<Subtest, String> {
         Subtest::ALL
             .into_iter()
@@ -111,6 +113,7 @@ pub struct Moved {
 }
 
 impl Moved {
+    /// Adds `o`'s bytes.
     pub fn add(&mut self, o: Moved) {
         self.read_bytes += o.read_bytes;
         self.write_bytes += o.write_bytes;

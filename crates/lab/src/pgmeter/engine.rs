@@ -81,6 +81,8 @@ impl PgmeterConfig {
         self.files.saturating_mul(self.outstanding)
     }
 
+    /// Checks the spec, the counts and sizes (each file holds the largest transfer) and the
+    /// times, naming the bad value.
     pub fn validate(&self) -> Result<(), String> {
         self.spec.validate()?;
         if !(1..=FILES_MAX).contains(&self.files) {
