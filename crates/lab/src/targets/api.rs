@@ -93,6 +93,11 @@ pub trait MicroFs {
     /// Maps all of `file` (opened with [`MicroFs::open_rw`]) shared, for reading and
     /// writing: mmap(MAP_SHARED) on kernel targets, `File::map_direct` on nvmfs.
     fn map(&self, file: &Self::File) -> io::Result<Self::Map>;
+    /// Opens a file for reading and writing with O_SYNC, creating (or truncating) it when
+    /// `create`: every write is durable when it returns, data and metadata, inside the write
+    /// call itself (AIM7's sync subtests open their files so). nvmfs writes are durable on
+    /// return anyway, so there it is an ordinary open.
+    fn open_sync(&self, name: &Self::Name, create: bool) -> io::Result<Self::File>;
 }
 
 #[cfg(test)]

@@ -124,6 +124,15 @@ impl MicroFs for NvmfsTarget {
     fn map(&self, file: &File) -> io::Result<DirectMap> {
         file.map_direct()
     }
+
+    /// Every nvmfs write is durable and atomic when it returns: O_SYNC asks for nothing more.
+    fn open_sync(&self, name: &String, create: bool) -> io::Result<File> {
+        if create {
+            self.create(name)
+        } else {
+            self.open_rw(name)
+        }
+    }
 }
 
 /// nvmfs has no mmap: its direct-access map is the DAX counterpart (block pointers resolved

@@ -6,7 +6,7 @@
 use crate::targets::api::{MicroFile, MicroFs, MicroMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -71,6 +71,16 @@ impl MicroFs for SysFs {
 
     fn map(&self, file: &File) -> io::Result<SysMap> {
         SysMap::new(file)
+    }
+
+    fn open_sync(&self, name: &PathBuf, create: bool) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(create)
+            .custom_flags(libc::O_SYNC)
+            .open(name)
     }
 }
 
@@ -320,6 +330,24 @@ mod tests {
         fs::remove_file(&path).unwrap();
         drop(ScratchFile::claim(path.clone()).unwrap());
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn open_sync_sets_o_sync_and_creates_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = SysFs::new(dir.path());
+        let name = fs.name("f");
+        assert!(fs.open_sync(&name, false).is_err(), "no file to open yet");
+        let f = fs.open_sync(&name, true).unwrap();
+        // SAFETY: F_GETFL on a descriptor we own.
+        let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_SYNC, libc::O_SYNC);
+        assert_eq!(flags & libc::O_ACCMODE, libc::O_RDWR);
+        MicroFile::write_at(&f, b"abc", 0).unwrap();
+        drop(f);
+        // Opening the existing file keeps its bytes (no truncation).
+        let f = fs.open_sync(&name, false).unwrap();
+        assert_eq!(MicroFile::size(&f).unwrap(), 3);
     }
 
     #[test]
