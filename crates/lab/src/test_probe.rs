@@ -227,6 +227,10 @@ impl MicroFs for ProbeFs {
         self.inner.mkdir(name)
     }
 
+    fn rmdir(&self, name: &PathBuf) -> io::Result<()> {
+        self.inner.rmdir(name)
+    }
+
     fn create(&self, name: &PathBuf) -> io::Result<ProbeFile> {
         self.wrap(self.inner.create(name), name, How::Create)
     }

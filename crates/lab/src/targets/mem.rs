@@ -168,6 +168,10 @@ impl MicroFs for MemFs {
         self.open("open_append", name, true, false)
     }
 
+    fn open_sync(&self, name: &String, create: bool) -> io::Result<MemFile> {
+        self.open("open_sync", name, create, false)
+    }
+
     fn stat(&self, name: &String) -> io::Result<u64> {
         self.record("stat", name, 0);
         let t = lock(&self.tree);
