@@ -8,6 +8,7 @@ use crate::filebench::{
 };
 use crate::kernel::{self, Availability, Provisioned};
 use crate::targets::fuse::{self, FuseTarget};
+use crate::targets::api::MicroFs;
 use crate::targets::nvmfs::NvmfsTarget;
 use crate::targets::sys::{DirTarget, ScratchDir, SysFs};
 use serde::Serialize;
@@ -221,6 +222,17 @@ impl LabTarget for KernelTarget {
     }
 }
 
+/// Work done on a [`StudyTarget`] whatever its kind ([`StudyTarget::visit`]). The bounds
+/// are what the lab's multithreaded workloads ask of a target's names and files; every kind
+/// meets them.
+pub trait TargetVisitor {
+    type Output;
+    fn visit<T: LabTarget>(self, target: &mut T) -> Self::Output
+    where
+        <T::Fs as MicroFs>::Name: Send + Sync,
+        <T::Fs as MicroFs>::File: Send;
+}
+
 /// The size of a fresh nvmfs image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImageSpec {
@@ -362,6 +374,18 @@ impl StudyTarget {
             StudyTarget::Kernel(k) => {
                 serde_json::to_value(k.prov.info()).unwrap_or(serde_json::Value::Null)
             }
+        }
+    }
+
+    /// Calls `visitor` with this target as the [`LabTarget`] it is: each kind has its own file
+    /// system type, so a workload generic over [`LabTarget`] (Postmark, filemark, pgmeter,
+    /// AIM7) reaches any target through one call.
+    pub fn visit<V: TargetVisitor>(&mut self, visitor: V) -> V::Output {
+        match self {
+            StudyTarget::Nvmfs(t) => visitor.visit(t),
+            StudyTarget::Fuse(t) => visitor.visit(t.as_mut()),
+            StudyTarget::Kernel(k) => visitor.visit(k.as_mut()),
+            StudyTarget::Dir(t) => visitor.visit(t),
         }
     }
 

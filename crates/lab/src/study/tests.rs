@@ -295,3 +295,48 @@ fn database_cells_run_check_their_databases_and_report_latency() {
     let trials = std::fs::read_to_string(cfg.out_dir.join("trials.csv")).unwrap();
     assert_eq!(trials.lines().count(), 1 + 3 * 2 * 2);
 }
+
+use crate::targets::api::{MicroFile, MicroFs};
+
+/// Writes a file through `visit` and reports whether the target could be remounted and
+/// whether the file survived it.
+struct WriteRemountRead;
+
+impl targets::TargetVisitor for WriteRemountRead {
+    type Output = std::io::Result<(bool, u64)>;
+
+    fn visit<T: crate::filebench::LabTarget>(self, target: &mut T) -> Self::Output
+    where
+        <T::Fs as MicroFs>::Name: Send + Sync,
+        <T::Fs as MicroFs>::File: Send,
+    {
+        let fs = target.fs();
+        let f = fs.create(&fs.name("visited"))?;
+        f.write_all_at(b"12345", 0)?;
+        drop(f);
+        let remounted = target.remount()?;
+        let fs = target.fs();
+        Ok((remounted, fs.stat(&fs.name("visited"))?))
+    }
+}
+
+#[test]
+fn visit_reaches_each_kind_of_target_as_a_lab_target() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let parent = tempfile::tempdir().unwrap();
+    let mut dir = targets::StudyTarget::dir(parent.path(), "visited-dir").unwrap();
+    assert_eq!(dir.visit(WriteRemountRead).unwrap(), (false, 5));
+    dir.close().unwrap();
+    assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
+    let entry = targets::discover(kernel::MIN_DEVICE_BYTES, &["nvmfs".into()])
+        .unwrap()
+        .remove(0);
+    let image = targets::ImageSpec {
+        bytes: 64 << 20,
+        inodes: 4096,
+    };
+    let mut nv = targets::StudyTarget::create_sized(&entry, parent.path(), 0, image).unwrap();
+    assert_eq!(nv.visit(WriteRemountRead).unwrap(), (true, 5));
+    nv.close().unwrap();
+    assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
+}
