@@ -26,7 +26,9 @@ pub mod table;
 pub use config::{parse_command_file, CommandFile, Location, PostmarkConfig, ReportFormat};
 pub use engine::{Bias, Counts, Params};
 pub use filemark::{FilemarkConfig, FilemarkResult};
-pub use report::{FileCounts, PhaseSeconds, PostmarkResult, Rates};
+pub use report::{
+    format_report, format_terse, format_verbose, FileCounts, PhaseSeconds, PostmarkResult, Rates,
+};
 
 use crate::filebench::stats::Latency;
 use crate::micro::measure::new_histogram;
@@ -119,6 +121,29 @@ pub fn run<F: MicroFs>(
         seconds,
         transaction_latency_ns: Latency::of(&latency),
     })
+}
+
+/// Makes the directories of `cfg`'s locations under `fs`'s root, each with its parents,
+/// when there are several (the engine then puts files in them and Postmark expects them to
+/// exist; one location is the target itself and needs none). Directories already there are
+/// kept. A fresh target can so run a command file written for a real machine's paths.
+pub fn make_locations<F: MicroFs>(fs: &F, cfg: &PostmarkConfig) -> io::Result<()> {
+    for (path, _) in cfg.params().locations {
+        let mut prefix = String::new();
+        for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(part);
+            match fs.mkdir(&fs.name(&prefix)) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                    return Err(io::Error::new(e.kind(), format!("mkdir {prefix}: {e}")))
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 fn stopped() -> io::Error {

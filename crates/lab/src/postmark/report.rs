@@ -16,6 +16,7 @@
 //! the counts agree; here `deleted` is the number deleted and each rate has
 //! its own phase's time.
 
+use super::config::ReportFormat;
 use super::engine::Counts;
 use crate::filebench::stats::Latency;
 use serde::Serialize;
@@ -126,4 +127,106 @@ impl Rates {
 /// `diff_time` makes it at least 1 s, its clock's resolution).
 pub fn per_second(count: u64, seconds: f64) -> f64 {
     count as f64 / seconds.max(1e-9)
+}
+
+/// Postmark's "out of files!" message, which 1.51 prints instead of the report.
+pub const OUT_OF_FILES: &str = "out of files!\n\
+    For this workload, either increase the number of files or\n\
+    decrease the number of transactions.\n";
+
+/// The report `set report` chooses ([`format_verbose`] or [`format_terse`]), after
+/// Postmark's "out of files!" message when the run ran out of files (Postmark then prints
+/// no report; the counts of what was done are still given here).
+pub fn format_report(r: &PostmarkResult, format: ReportFormat) -> String {
+    let report = match format {
+        ReportFormat::Verbose => format_verbose(r),
+        ReportFormat::Terse => format_terse(r),
+    };
+    match r.out_of_files {
+        true => format!("{OUT_OF_FILES}{report}"),
+        false => report,
+    }
+}
+
+/// 1.51's verbose report (`verbose_report`), line for line, with seconds to the
+/// millisecond and rates as floats (Postmark: whole seconds, at least 1, and integer
+/// rates), "deleted" the files deleted, each rate over its own phase (see the module doc).
+pub fn format_verbose(r: &PostmarkResult) -> String {
+    let (f, x, s) = (&r.files, &r.rates, &r.seconds);
+    format!(
+        "Time:\n\
+         \t{:.3} seconds total\n\
+         \t{:.3} seconds of transactions ({:.2} per second)\n\
+         \nFiles:\n\
+         \t{} created ({:.2} per second)\n\
+         \t\tCreation alone: {} files ({:.2} per second)\n\
+         \t\tMixed with transactions: {} files ({:.2} per second)\n\
+         \t{} read ({:.2} per second)\n\
+         \t{} appended ({:.2} per second)\n\
+         \t{} deleted ({:.2} per second)\n\
+         \t\tDeletion alone: {} files ({:.2} per second)\n\
+         \t\tMixed with transactions: {} files ({:.2} per second)\n\
+         \nData:\n\
+         \t{} read ({} per second)\n\
+         \t{} written ({} per second)\n",
+        s.total,
+        s.transactions,
+        x.transactions,
+        f.created,
+        x.created,
+        f.created_alone,
+        x.created_alone,
+        f.created_mixed,
+        x.created_mixed,
+        f.read,
+        x.read,
+        f.appended,
+        x.appended,
+        f.deleted,
+        x.deleted,
+        f.deleted_alone,
+        x.deleted_alone,
+        f.deleted_mixed,
+        x.deleted_mixed,
+        scalef(r.bytes_read as f64),
+        scalef(x.bytes_read),
+        scalef(r.bytes_written as f64),
+        scalef(x.bytes_written),
+    )
+}
+
+/// 1.51's terse report (`terse_report`): one line of 13 numbers, total seconds, seconds of
+/// transactions, then transactions, created, created alone, created mixed, read, appended,
+/// deleted, deleted alone, deleted mixed per second, and bytes read and written per second.
+/// The seconds are given to the millisecond (Postmark: whole seconds).
+pub fn format_terse(r: &PostmarkResult) -> String {
+    let (x, s) = (&r.rates, &r.seconds);
+    let rates = [
+        x.transactions,
+        x.created,
+        x.created_alone,
+        x.created_mixed,
+        x.read,
+        x.appended,
+        x.deleted,
+        x.deleted_alone,
+        x.deleted_mixed,
+        x.bytes_read,
+        x.bytes_written,
+    ];
+    let rates: Vec<String> = rates.iter().map(|v| format!("{v:.2}")).collect();
+    format!("{:.3} {:.3} {}\n", s.total, s.transactions, rates.join(" "))
+}
+
+/// Postmark's `scalef`: megabytes (2^20) above one, else kilobytes, and `%f bytes` for 0.
+pub fn scalef(bytes: f64) -> String {
+    const KIB: f64 = 1024.0;
+    const MIB: f64 = KIB * KIB;
+    if bytes / MIB > 1.0 {
+        format!("{:.2} megabytes", bytes / MIB)
+    } else if bytes / KIB != 0.0 {
+        format!("{:.2} kilobytes", bytes / KIB)
+    } else {
+        format!("{bytes:.6} bytes")
+    }
 }

@@ -865,3 +865,118 @@ fn configs_and_results_serialise() {
     let v = serde_json::to_value(&r).unwrap();
     assert_eq!(v["creation"]["counts"]["created"], 103);
 }
+
+/// The counts of small.pmrc's run (see `counts_equal_the_original_report`) with round
+/// phase times, so that every rate of the report is known.
+fn known_result() -> PostmarkResult {
+    let files = FileCounts {
+        created: 53,
+        created_alone: 20,
+        created_mixed: 33,
+        read: 35,
+        appended: 25,
+        deleted: 53,
+        deleted_alone: 26,
+        deleted_mixed: 27,
+    };
+    let seconds = PhaseSeconds {
+        subdirectories_created: 0.0,
+        creation: 0.5,
+        transactions: 2.0,
+        deletion: 0.25,
+        subdirectories_deleted: 0.0,
+        total: 2.75,
+    };
+    let bytes = (2 << 20, 330851);
+    PostmarkResult {
+        transactions: 60,
+        out_of_files: false,
+        files,
+        bytes_read: bytes.0,
+        bytes_written: bytes.1,
+        seconds,
+        rates: Rates::of(60, &files, bytes, &seconds),
+        transaction_latency_ns: Default::default(),
+    }
+}
+
+#[test]
+fn verbose_report_has_postmarks_lines() {
+    let want = "\
+Time:
+\t2.750 seconds total
+\t2.000 seconds of transactions (30.00 per second)
+
+Files:
+\t53 created (19.27 per second)
+\t\tCreation alone: 20 files (40.00 per second)
+\t\tMixed with transactions: 33 files (16.50 per second)
+\t35 read (17.50 per second)
+\t25 appended (12.50 per second)
+\t53 deleted (19.27 per second)
+\t\tDeletion alone: 26 files (104.00 per second)
+\t\tMixed with transactions: 27 files (13.50 per second)
+
+Data:
+\t2.00 megabytes read (744.73 kilobytes per second)
+\t323.10 kilobytes written (117.49 kilobytes per second)
+";
+    assert_eq!(format_verbose(&known_result()), want);
+    assert_eq!(format_report(&known_result(), ReportFormat::Verbose), want);
+}
+
+#[test]
+fn terse_report_is_one_line_of_thirteen_numbers() {
+    let line = format_terse(&known_result());
+    assert_eq!(
+        line,
+        "2.750 2.000 30.00 19.27 40.00 16.50 17.50 12.50 19.27 104.00 13.50 762600.73 120309.45\n"
+    );
+    let mut r = known_result();
+    r.out_of_files = true;
+    let text = format_report(&r, ReportFormat::Terse);
+    assert!(text.starts_with("out of files!\n"), "{text}");
+    assert!(text.ends_with(&line), "{text}");
+}
+
+#[test]
+fn scalef_picks_postmarks_units() {
+    use super::report::scalef;
+    assert_eq!(scalef(0.0), "0.000000 bytes");
+    assert_eq!(scalef(512.0), "0.50 kilobytes");
+    // Exactly one megabyte is not above one: kilobytes.
+    assert_eq!(scalef(1048576.0), "1024.00 kilobytes");
+    assert_eq!(scalef(3.0 * 1048576.0), "3.00 megabytes");
+}
+
+#[test]
+fn several_locations_are_made_with_their_parents() {
+    let mut cfg = PostmarkConfig::default();
+    let loc = |path: &str, weight| Location {
+        path: path.into(),
+        weight,
+    };
+    // One location is the target itself: nothing to make.
+    cfg.locations = vec![loc("/mnt/one", 1)];
+    let fs = MemFs::default();
+    make_locations(&fs, &cfg).unwrap();
+    assert_eq!(fs.entries(), (vec![], vec![]));
+    cfg.locations = vec![loc("/x/y", 1), loc("x/z", 2), loc("w", 1)];
+    cfg.number = 20;
+    cfg.transactions = 50;
+    fs.mkdir(&"x".to_string()).unwrap();
+    make_locations(&fs, &cfg).unwrap();
+    let dirs: Vec<String> = ["w", "x", "x/y", "x/z"].map(String::from).into();
+    assert_eq!(fs.entries(), (vec![], dirs.clone()));
+    // The run spreads its files over them and leaves only the directories.
+    let r = run(&fs, &cfg, NEVER).unwrap();
+    assert_eq!(r.files.created, r.files.deleted);
+    assert_eq!(fs.entries(), (vec![], dirs));
+    let created: BTreeSet<String> = fs
+        .calls()
+        .iter()
+        .filter(|c| c.op == "create")
+        .map(|c| c.path.rsplit_once('/').map_or("", |p| p.0).to_string())
+        .collect();
+    assert_eq!(created, ["w", "x/y", "x/z"].map(String::from).into());
+}

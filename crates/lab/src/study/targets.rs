@@ -7,8 +7,8 @@ use crate::filebench::{
     self, LabTarget, Personality, PersonalityConfig, Progress, RunConfig, RunResult,
 };
 use crate::kernel::{self, Availability, Provisioned};
-use crate::targets::fuse::{self, FuseTarget};
 use crate::targets::api::MicroFs;
+use crate::targets::fuse::{self, FuseTarget};
 use crate::targets::nvmfs::NvmfsTarget;
 use crate::targets::sys::{DirTarget, ScratchDir, SysFs};
 use serde::Serialize;
