@@ -33,6 +33,7 @@ enum BenchCommand {
     Filebench(Box<crate::bench_filebench::Args>),
     Ycsb(Box<crate::bench_ycsb::Args>),
     Tpcc(Box<crate::bench_tpcc::Args>),
+    Postmark(Box<crate::bench_postmark::Args>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -163,6 +164,7 @@ pub fn run(args: &Args) -> u8 {
         BenchCommand::Filebench(f) => crate::bench_filebench::run(f),
         BenchCommand::Ycsb(y) => crate::bench_ycsb::run(y),
         BenchCommand::Tpcc(t) => crate::bench_tpcc::run(t),
+        BenchCommand::Postmark(p) => crate::bench_postmark::run(p),
     }
 }
 

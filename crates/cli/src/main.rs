@@ -3,6 +3,8 @@
 mod bench;
 mod bench_db;
 mod bench_filebench;
+mod bench_lab;
+mod bench_postmark;
 mod bench_targets;
 mod bench_tpcc;
 mod bench_ycsb;
