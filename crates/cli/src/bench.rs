@@ -34,6 +34,7 @@ enum BenchCommand {
     Ycsb(Box<crate::bench_ycsb::Args>),
     Tpcc(Box<crate::bench_tpcc::Args>),
     Postmark(Box<crate::bench_postmark::Args>),
+    Filemark(Box<crate::bench_filemark::Args>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -165,6 +166,7 @@ pub fn run(args: &Args) -> u8 {
         BenchCommand::Ycsb(y) => crate::bench_ycsb::run(y),
         BenchCommand::Tpcc(t) => crate::bench_tpcc::run(t),
         BenchCommand::Postmark(p) => crate::bench_postmark::run(p),
+        BenchCommand::Filemark(f) => crate::bench_filemark::run(f),
     }
 }
 

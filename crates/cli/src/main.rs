@@ -3,6 +3,7 @@
 mod bench;
 mod bench_db;
 mod bench_filebench;
+mod bench_filemark;
 mod bench_lab;
 mod bench_postmark;
 mod bench_targets;
