@@ -35,6 +35,7 @@ enum BenchCommand {
     Tpcc(Box<crate::bench_tpcc::Args>),
     Postmark(Box<crate::bench_postmark::Args>),
     Filemark(Box<crate::bench_filemark::Args>),
+    Pgmeter(Box<crate::bench_pgmeter::Args>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -167,6 +168,7 @@ pub fn run(args: &Args) -> u8 {
         BenchCommand::Tpcc(t) => crate::bench_tpcc::run(t),
         BenchCommand::Postmark(p) => crate::bench_postmark::run(p),
         BenchCommand::Filemark(f) => crate::bench_filemark::run(f),
+        BenchCommand::Pgmeter(p) => crate::bench_pgmeter::run(p),
     }
 }
 

@@ -5,6 +5,7 @@ mod bench_db;
 mod bench_filebench;
 mod bench_filemark;
 mod bench_lab;
+mod bench_pgmeter;
 mod bench_postmark;
 mod bench_targets;
 mod bench_tpcc;
