@@ -69,6 +69,8 @@ pub struct Plan<'a, N> {
 
 /// What one task did.
 struct TaskOutcome {
+    /// When the task passed the start barrier.
+    started: Instant,
     finished: Instant,
     jobs: u64,
     moved: Moved,
@@ -162,12 +164,14 @@ fn task_main<F: MicroFs>(
     let rng = AimRand::new(plan.seed.wrapping_add(user as u64));
     let mut task = Task::new(fs, plan.dir, plan.common, user, rng);
     let mut out = TaskOutcome {
+        started: Instant::now(),
         finished: Instant::now(),
         jobs: 0,
         moved: Moved::default(),
         per_line: vec![(0, 0, 0); plan.mix.len()],
     };
     gun.wait();
+    out.started = Instant::now();
     'lists: loop {
         let mut left = plan.counts.to_vec();
         while let Some(k) = next_job(&mut left, &mut task.rng) {
@@ -216,6 +220,13 @@ fn one_job<F: MicroFs>(
     Ok(())
 }
 
+/// The subrun's start: the first of the controller's clock reading and the tasks' own
+/// (released by the same barrier, short tasks can be done before the controller runs
+/// again), so that no task's time is cut short.
+fn start(t0: Instant, outcomes: &[TaskOutcome]) -> Instant {
+    outcomes.iter().map(|o| o.started).fold(t0, Instant::min)
+}
+
 fn summarise<N>(
     plan: &Plan<'_, N>,
     t0: Instant,
@@ -223,6 +234,7 @@ fn summarise<N>(
     cpu_seconds: f64,
     stopped_early: Option<String>,
 ) -> SubrunResult {
+    let t0 = start(t0, outcomes);
     let elapsed: Vec<f64> = outcomes
         .iter()
         .map(|o| o.finished.saturating_duration_since(t0).as_secs_f64())
@@ -302,7 +314,39 @@ fn cpu_seconds() -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::jti;
+    use super::*;
+
+    #[test]
+    fn tasks_done_before_the_controller_looks_keep_their_time() {
+        // Released by the barrier, the tasks ran 5 ms and finished before the controller
+        // read its clock: the subrun is timed from the tasks' start.
+        let started = Instant::now();
+        let finished = started + Duration::from_millis(5);
+        let t0 = finished + Duration::from_millis(1);
+        let task = |finished| TaskOutcome {
+            started,
+            finished,
+            jobs: 10,
+            moved: Moved::default(),
+            per_line: vec![(10, 0, 0)],
+        };
+        let outcomes = [task(finished), task(finished - Duration::from_millis(1))];
+        assert_eq!(start(t0, &outcomes), started);
+        let plan = Plan {
+            dir: "d",
+            common: &(),
+            mix: &[Subtest::DiskRr],
+            counts: &[10],
+            tasks: 2,
+            n: 2,
+            period: None,
+            seed: 0,
+        };
+        let r = summarise(&plan, t0, &outcomes, 0.0, None);
+        assert!((r.seconds - 0.005).abs() < 1e-9, "{}", r.seconds);
+        assert!((r.jobs_per_minute - 20.0 * 60.0 / 0.005).abs() < 1e-3);
+        assert!(r.jti < 100);
+    }
 
     #[test]
     fn job_timing_index() {
