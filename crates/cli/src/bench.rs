@@ -36,6 +36,7 @@ enum BenchCommand {
     Postmark(Box<crate::bench_postmark::Args>),
     Filemark(Box<crate::bench_filemark::Args>),
     Pgmeter(Box<crate::bench_pgmeter::Args>),
+    Aim7(Box<crate::bench_aim7::Args>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -169,6 +170,7 @@ pub fn run(args: &Args) -> u8 {
         BenchCommand::Postmark(p) => crate::bench_postmark::run(p),
         BenchCommand::Filemark(f) => crate::bench_filemark::run(f),
         BenchCommand::Pgmeter(p) => crate::bench_pgmeter::run(p),
+        BenchCommand::Aim7(a) => crate::bench_aim7::run(a),
     }
 }
 

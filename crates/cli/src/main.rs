@@ -1,6 +1,7 @@
 //! `nvmfs`: create, check, inspect and benchmark nvmfs images.
 
 mod bench;
+mod bench_aim7;
 mod bench_db;
 mod bench_filebench;
 mod bench_filemark;
