@@ -291,7 +291,7 @@ fn format_rows(r: &Record<Aim7Result>) -> String {
                 s.tasks.to_string(),
                 s.file_kib.to_string(),
                 s.jobs.to_string(),
-                format!("{:.2}", s.seconds),
+                format!("{:.3}", s.seconds),
                 format!("{:.1}", s.jobs_per_minute),
                 format!("{:.1}", s.jobs_per_minute_per_task),
                 s.jti.to_string(),

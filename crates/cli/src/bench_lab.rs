@@ -70,8 +70,14 @@ impl TargetArgs {
 /// room for the data (each file at least a 4 KiB block) plus 256 MiB, and half as many
 /// inodes again as files.
 pub fn image_for(data_bytes: u64, files: u64) -> ImageSpec {
-    let bytes = data_bytes.saturating_add(256 * MIB).div_ceil(64 * MIB) * (64 * MIB);
-    let inodes = (files.saturating_add(4096).saturating_mul(3) / 2).next_power_of_two();
+    // Saturating: an impossible size fails when the image is made, with the system's error.
+    let bytes = data_bytes
+        .saturating_add(256 * MIB)
+        .div_ceil(64 * MIB)
+        .saturating_mul(64 * MIB);
+    let inodes = (files.saturating_add(4096).saturating_mul(3) / 2)
+        .checked_next_power_of_two()
+        .unwrap_or(u64::MAX);
     ImageSpec { bytes, inodes }
 }
 

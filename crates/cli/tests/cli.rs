@@ -567,3 +567,246 @@ fn bench_ycsb_and_tpcc_bad_input_is_a_clear_error() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// Runs `nvmfs bench ARGS -t nvmfs -t tmpfs` with a scratch shm dir and returns stdout and
+/// the JSON file, after checking the exit status and that the scratch files are gone.
+fn bench_lab_on_nvmfs_and_tmpfs(args: &[&str]) -> (String, serde_json::Value) {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let json = dir.path().join("out.json");
+    let mut argv = vec!["bench"];
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["-t", "nvmfs", "-t", "tmpfs"]);
+    argv.extend_from_slice(&["--shm-dir", dir.path().to_str().unwrap()]);
+    argv.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let out = nvmfs(&argv);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "out.json")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(v["interrupted"], false);
+    (stdout, v)
+}
+
+/// The records' (target, status) pairs, each expected "ok".
+fn ok_targets(v: &serde_json::Value) -> Vec<String> {
+    v["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(r["status"], "ok", "{r}");
+            r["target"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn bench_postmark_tiny_on_nvmfs_and_tmpfs_prints_postmarks_report_and_json() {
+    let (stdout, v) = bench_lab_on_nvmfs_and_tmpfs(&[
+        "postmark",
+        "--number",
+        "50",
+        "--transactions",
+        "100",
+        "--subdirectories",
+        "3",
+        "--seed",
+        "7",
+    ]);
+    assert!(stdout.contains("== postmark on nvmfs: ok"), "{stdout}");
+    assert!(stdout.contains("== postmark on tmpfs: ok"), "{stdout}");
+    assert!(
+        stdout.contains("seconds of transactions") && stdout.contains("Creation alone: 50 files"),
+        "{stdout}"
+    );
+    assert_eq!(v["schema"], "nvmfs-lab/bench-postmark/v1");
+    assert_eq!(v["config"]["number"], 50);
+    assert_eq!(ok_targets(&v), ["nvmfs", "tmpfs"]);
+    let records = v["records"].as_array().unwrap();
+    for r in records {
+        let res = &r["result"];
+        assert_eq!(res["transactions"], 100);
+        assert_eq!(res["files"]["created"], res["files"]["deleted"], "{r}");
+        assert_eq!(res["files"]["created_alone"], 50);
+    }
+    // The same seed: the same files and operations on both targets.
+    assert_eq!(records[0]["result"]["files"], records[1]["result"]["files"]);
+    assert_eq!(
+        records[0]["result"]["bytes_written"],
+        records[1]["result"]["bytes_written"]
+    );
+}
+
+#[test]
+fn bench_postmark_reads_a_command_file_and_flags_override_it() {
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        cfg.path(),
+        "set number 30\nset transactions 1000\nset location +/pm/a\n\
+         set location +/pm/b 2\nset report terse\nrun\nquit\n",
+    )
+    .unwrap();
+    let path = cfg.path().to_str().unwrap();
+    let (stdout, v) =
+        bench_lab_on_nvmfs_and_tmpfs(&["postmark", "--config", path, "--transactions", "60"]);
+    // Terse: a line of 13 numbers after each target's heading.
+    let terse: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.split_whitespace().count() == 13)
+        .collect();
+    assert_eq!(terse.len(), 2, "{stdout}");
+    assert_eq!(v["config"]["config_file"], path);
+    assert_eq!(v["config"]["transactions"], 60);
+    assert_eq!(v["config"]["locations"].as_array().unwrap().len(), 2);
+    assert_eq!(ok_targets(&v), ["nvmfs", "tmpfs"]);
+    for r in v["records"].as_array().unwrap() {
+        assert_eq!(r["result"]["transactions"], 60, "{r}");
+    }
+}
+
+#[test]
+fn bench_filemark_tiny_sweeps_thread_counts_on_fresh_targets() {
+    let (stdout, v) = bench_lab_on_nvmfs_and_tmpfs(&[
+        "filemark",
+        "--threads",
+        "1,2",
+        "--number",
+        "40",
+        "--transactions",
+        "200",
+        "--warmup-transactions",
+        "20",
+        "--phases",
+        "2",
+    ]);
+    assert!(
+        stdout.starts_with("target") && stdout.contains("transactions/s"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    assert_eq!(v["schema"], "nvmfs-lab/bench-filemark/v1");
+    assert_eq!(v["config"]["thread_counts"], serde_json::json!([1, 2]));
+    assert_eq!(v["config"]["preset"], "small");
+    assert_eq!(ok_targets(&v), ["nvmfs", "nvmfs", "tmpfs", "tmpfs"]);
+    for (r, threads) in v["records"].as_array().unwrap().iter().zip([1, 2, 1, 2]) {
+        let res = &r["result"];
+        assert_eq!(res["threads"], threads, "{r}");
+        assert_eq!(res["creation"]["counts"]["created"], 40);
+        let phases = res["transaction_phases"].as_array().unwrap();
+        assert_eq!(phases.len(), 2);
+        // nvmfs is remounted after each phase; a tmpfs directory cannot be.
+        assert_eq!(phases[0]["remounted"], r["target"] == "nvmfs", "{r}");
+        assert_eq!(
+            res["transactions_per_second"]["n"], 1,
+            "first phase discarded"
+        );
+    }
+}
+
+#[test]
+fn bench_pgmeter_tiny_runs_each_outstanding_count_on_shared_files() {
+    let (stdout, v) = bench_lab_on_nvmfs_and_tmpfs(&[
+        "pgmeter",
+        "--spec",
+        "oltp-8k",
+        "--file-size",
+        "1M",
+        "--outstanding",
+        "1,2",
+        "--warmup",
+        "0",
+        "--seconds",
+        "0.2",
+        "--interval",
+        "0.05",
+    ]);
+    assert!(
+        stdout.contains("p99 µs") && stdout.contains("MB/s"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    assert_eq!(v["schema"], "nvmfs-lab/bench-pgmeter/v1");
+    assert_eq!(v["config"]["outstanding_counts"], serde_json::json!([1, 2]));
+    assert_eq!(ok_targets(&v), ["nvmfs", "nvmfs", "tmpfs", "tmpfs"]);
+    for (r, n) in v["records"].as_array().unwrap().iter().zip([1, 2, 1, 2]) {
+        let res = &r["result"];
+        assert_eq!(res["outstanding"], n);
+        assert_eq!(res["spec"], "oltp-8k");
+        assert!(res["ops"].as_u64().unwrap() > 0, "{r}");
+        assert!(res["reads"].as_u64().unwrap() > 0 && res["writes"].as_u64().unwrap() > 0);
+        // The second test of a target keeps the first one's file.
+        assert_eq!(res["prepared"]["reused"], if n == 1 { 0 } else { 1 }, "{r}");
+    }
+}
+
+#[test]
+fn bench_aim7_tiny_sweeps_task_counts_and_marks_the_peak() {
+    let (stdout, v) = bench_lab_on_nvmfs_and_tmpfs(&[
+        "aim7",
+        "--tasks",
+        "1,2",
+        "--filesize",
+        "16K",
+        "--jobs-per-task",
+        "9",
+    ]);
+    assert!(stdout.contains("jobs/min/task"), "{stdout}");
+    assert_eq!(stdout.lines().count(), 5, "{stdout}");
+    assert_eq!(
+        stdout.matches(" * ").count(),
+        2,
+        "a peak per target: {stdout}"
+    );
+    assert_eq!(v["schema"], "nvmfs-lab/bench-aim7/v1");
+    assert_eq!(v["config"]["task_counts"], serde_json::json!([1, 2]));
+    assert_eq!(ok_targets(&v), ["nvmfs", "tmpfs"]);
+    for r in v["records"].as_array().unwrap() {
+        let subruns = r["result"]["subruns"].as_array().unwrap();
+        let jobs: Vec<u64> = subruns
+            .iter()
+            .map(|s| s["jobs"].as_u64().unwrap())
+            .collect();
+        // One job of each of the nine subtests per task.
+        assert_eq!(jobs, [9, 18], "{r}");
+        assert!(subruns.iter().all(|s| s["seconds"].as_f64().unwrap() > 0.0));
+        assert!(r["result"]["peak"]["jobs_per_minute"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn bench_postmark_filemark_pgmeter_aim7_bad_input_is_a_clear_error() {
+    let cases: [(&[&str], &str); 9] = [
+        (&["postmark", "--bias-read", "11"], "0..10"),
+        (&["postmark", "--number", "0"], "number (files) must be"),
+        (
+            &["postmark", "--config", "/nonexistent/pm.cfg"],
+            "/nonexistent/pm.cfg",
+        ),
+        (
+            &["filemark", "--threads", "8", "--number", "4"],
+            "cannot be split",
+        ),
+        (&["filemark", "--bias-create", "101"], "0..100"),
+        (&["pgmeter", "--spec-line", "4K:50:100:100"], "add up to 50"),
+        (&["pgmeter", "--file-size", "4K"], "--file-size"),
+        (&["aim7", "--tasks", "4,2"], "must increase"),
+        (&["aim7", "--mix", "disk_zz"], "unknown AIM7 disk subtest"),
+    ];
+    for (args, expected) in cases {
+        let mut argv = vec!["bench"];
+        argv.extend_from_slice(args);
+        let out = nvmfs(&argv);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let out = nvmfs(&["bench", "aim7", "-t", "ext9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("ext9"), "{}", text(&out.stderr));
+}
