@@ -97,7 +97,7 @@ fn kib(k: u32) -> u64 {
 
 /// Bytes as whole KiB; `what` names the flag in errors.
 fn to_kib(bytes: u64, what: &str) -> Result<u32, String> {
-    if bytes % 1024 != 0 {
+    if !bytes.is_multiple_of(1024) {
         return Err(format!("{what} {bytes}: not a whole number of KiB"));
     }
     u32::try_from(bytes / 1024).map_err(|_| format!("{what} {bytes}: too large"))
