@@ -1,6 +1,6 @@
 //! `nvmfs bench micro` and `scale`: the microbenchmarks of nvmfs-lab, nvmfs against kernel
-//! file systems; `nvmfs bench filebench`, `ycsb` and `tpcc` live in `bench_filebench`,
-//! `bench_ycsb` and `bench_tpcc`.
+//! file systems; `nvmfs bench filebench`, `ycsb`, `tpcc`, `postmark`, `filemark`, `pgmeter`
+//! and `aim7` live in their own `bench_*` modules.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;

@@ -18,8 +18,7 @@ const MAX_TASKS: usize = 16;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "AIM7's disk subtests over task counts (jobs/minute and its peak) on nvmfs and \
-        kernel file systems",
+    about = "AIM7's disk subtests over task counts: jobs/minute and its peak, per target",
     long_about = "Runs AIM Suite VII's multiuser disk workload on each target in turn, the target \
         made fresh: for each --tasks count a subrun, in which that many tasks (threads) start \
         together, each running a list of --jobs-per-task jobs drawn from the --mix by weight \

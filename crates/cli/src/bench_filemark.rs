@@ -20,8 +20,7 @@ const THREADS: [usize; 4] = [1, 8, 64, 128];
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "filemark (multithreaded Postmark, seed 001) over thread counts on nvmfs and kernel \
-        file systems",
+    about = "filemark, seed 001's multithreaded Postmark, over thread counts on each target",
     long_about = "Runs filemark, seed 001's multithreaded Postmark: N threads, each an independent \
         Postmark 1.51 instance in its own directory with its own subdirectories, file table and \
         generator (seed + thread number), the files and transactions split so that the totals \

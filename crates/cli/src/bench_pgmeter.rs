@@ -28,8 +28,7 @@ const SEED: u64 = 1;
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "pgmeter: Iometer access specifications at 1..N outstanding I/Os on nvmfs and kernel \
-        file systems",
+    about = "pgmeter: an Iometer access specification at several outstanding I/O counts",
     long_about = "Runs pgmeter, seed 001's file-I/O benchmark patterned after Intel's Iometer, on \
         each target in turn: --files test files of --file-size are preallocated (written in \
         full and synced) on the fresh target, then for each --outstanding count one test: the \
