@@ -7,14 +7,22 @@ use super::Cell;
 use crate::stats::{compare, Summary};
 use serde::Serialize;
 
-/// A ratio between two variants on one workload that the paper reports.
+/// The denominator name that stands for the fastest kernel variant on the ratio's workload.
+pub const BEST_KERNEL: &str = "best-kernel";
+
+/// A ratio between two variants on one workload that the paper reports, or between one
+/// variant at two loads (a scaling ratio).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct PaperRatio {
     pub workload: &'static str,
     /// Numerator and denominator: lab variant names (`nvmfs` stands in for
-    /// the paper's PMFS, the direct-access file system).
+    /// the paper's PMFS, the direct-access file system); `b` may be [`BEST_KERNEL`].
     pub a: &'static str,
     pub b: &'static str,
+    /// The denominator's workload when it is not `workload` (a scaling ratio: a variant at
+    /// a high load over itself at a low one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub b_workload: Option<&'static str>,
     /// a / b in the paper (read from its text), if it gives one.
     pub paper: Option<f64>,
     /// Which way the finding says the ratio goes: above 1 or below 1. For ops/s above 1 is
@@ -61,9 +69,25 @@ pub fn r(
         workload,
         a,
         b,
+        b_workload: None,
         paper,
         expect_above_one: faster,
         metric: Metric::OpsPerSec,
+    }
+}
+
+/// A scaling ratio: `target`'s rate on `high` over its rate on `low` (the same benchmark
+/// at a higher and a lower load); `grows` says the paper has it above 1.
+pub fn scaling(
+    high: &'static str,
+    low: &'static str,
+    target: &'static str,
+    paper: Option<f64>,
+    grows: bool,
+) -> PaperRatio {
+    PaperRatio {
+        b_workload: Some(low),
+        ..r(high, target, target, paper, grows)
     }
 }
 
@@ -80,6 +104,7 @@ pub fn lat(
         workload,
         a,
         b,
+        b_workload: None,
         paper,
         expect_above_one: above_one,
         metric: Metric::Latency(op),
@@ -114,6 +139,9 @@ pub struct RatioCheck {
     pub metric: Metric,
     pub a: String,
     pub b: String,
+    /// The denominator's workload, when not `workload`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub b_workload: Option<String>,
     pub paper: Option<f64>,
     pub measured: Option<f64>,
     pub significant: Option<bool>,
@@ -137,9 +165,13 @@ fn summary_of<'a>(
     target: &str,
     metric: Metric,
 ) -> Option<(&'a str, Summary)> {
-    let cell = cells
-        .iter()
-        .find(|c| c.workload == workload && matches_name(&c.target, target))?;
+    let cell = if target == BEST_KERNEL {
+        best_kernel_cell(cells, workload)?
+    } else {
+        cells
+            .iter()
+            .find(|c| c.workload == workload && matches_name(&c.target, target))?
+    };
     let s = match metric {
         Metric::OpsPerSec => cell.ops_per_sec(),
         Metric::Latency(op) => cell
@@ -151,9 +183,19 @@ fn summary_of<'a>(
     Some((cell.target.as_str(), s))
 }
 
+/// The kernel variant with the highest mean rate on `workload`.
+pub(super) fn best_kernel_cell<'a>(cells: &'a [Cell], workload: &str) -> Option<&'a Cell> {
+    cells
+        .iter()
+        .filter(|c| c.workload == workload && super::targets::is_kernel_variant(&c.target))
+        .filter_map(|c| c.ops_per_sec().map(|s| (c, s.mean)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, _)| c)
+}
+
 fn check_ratio(cells: &[Cell], r: &PaperRatio, no_difference: bool) -> RatioCheck {
     let a = summary_of(cells, r.workload, r.a, r.metric);
-    let b = summary_of(cells, r.workload, r.b, r.metric);
+    let b = summary_of(cells, r.b_workload.unwrap_or(r.workload), r.b, r.metric);
     let (measured, significant, verdict) = match (a, b) {
         (Some((_, sa)), Some((_, sb))) => {
             let c = compare(&sa, &sb);
@@ -182,6 +224,7 @@ fn check_ratio(cells: &[Cell], r: &PaperRatio, no_difference: bool) -> RatioChec
         metric: r.metric,
         a: a.map_or(r.a, |x| x.0).to_string(),
         b: b.map_or(r.b, |x| x.0).to_string(),
+        b_workload: r.b_workload.map(str::to_string),
         paper: r.paper,
         measured,
         significant,
