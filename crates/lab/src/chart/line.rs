@@ -4,8 +4,10 @@
 //!
 //! Laid out like the bar chart: text widths are estimated (layout.rs), so the SVG needs no
 //! font and is deterministic. The y axis starts at 0, so curves of different file systems
-//! compare by height; the x axis is linear or base-2 logarithmic (loads that double, such as
-//! 1, 8, 64, 128 threads, are then evenly spaced), and its ticks are the loads measured.
+//! compare by height, or is base-10 logarithmic for rates that span orders of magnitude (a
+//! library in-process against FUSE); the x axis is linear or base-2 logarithmic (loads that
+//! double, such as 1, 8, 64, 128 threads, are then evenly spaced), and its ticks are the
+//! loads measured.
 
 use super::draw::{draw_legend, failed, series_color, text, Area, AXIS, GRID, MUTED};
 use super::layout::{
@@ -30,6 +32,9 @@ pub struct LineChart {
     pub y_label: String,
     /// A base-2 logarithmic x axis; every x must then be above 0.
     pub log_x: bool,
+    /// A base-10 logarithmic y axis from the decade below the lowest value above 0 to the
+    /// decade above the highest; values of 0 sit on its bottom.
+    pub log_y: bool,
     /// The series in drawing and legend order; at most [`PALETTE`]`.len()`. A legend is
     /// drawn when there is more than one. A line without points still has its legend entry.
     pub lines: Vec<Line>,
@@ -146,6 +151,31 @@ impl LineChart {
         }
     }
 
+    /// The y axis: `(low, high)` values at its ends, and its ticks.
+    fn y_axis(&self) -> ((f64, f64), Vec<(f64, String)>) {
+        if !self.log_y {
+            let top = self.y_top();
+            return ((0.0, top), ticks(top));
+        }
+        let values = self
+            .lines
+            .iter()
+            .flat_map(|l| &l.points)
+            .flat_map(|p| [p.y, p.ci_low, p.ci_high]);
+        let lowest = values
+            .clone()
+            .filter(|v| *v > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        let highest = values.fold(0.0, f64::max);
+        if !lowest.is_finite() {
+            // Nothing above 0: one decade, 0.1 to 1.
+            return ((0.1, 1.0), log_ticks(-1, 0));
+        }
+        let lo = lowest.log10().floor() as i32;
+        let hi = ((highest * 1.1).log10().ceil() as i32).max(lo + 1);
+        ((10f64.powi(lo), 10f64.powi(hi)), log_ticks(lo, hi))
+    }
+
     /// Every x of every line, sorted, each once.
     fn xs(&self) -> Vec<f64> {
         let mut xs: Vec<f64> = self
@@ -156,6 +186,39 @@ impl LineChart {
         xs.sort_by(f64::total_cmp);
         xs.dedup();
         xs
+    }
+}
+
+/// Ticks of a logarithmic axis from 10^`lo` to 10^`hi`: the decades, and 2x and 5x each
+/// when there are at most two decades.
+fn log_ticks(lo: i32, hi: i32) -> Vec<(f64, String)> {
+    let steps: &[f64] = if hi - lo <= 2 {
+        &[1.0, 2.0, 5.0]
+    } else {
+        &[1.0]
+    };
+    let mut out = Vec::new();
+    for e in lo..=hi {
+        for &m in steps {
+            let v = m * 10f64.powi(e);
+            if e < hi || m == 1.0 {
+                out.push((v, y_text(v)));
+            }
+        }
+    }
+    out
+}
+
+/// A logarithmic axis' tick label: plain below a billion (with decimals below 1), else
+/// scientific.
+fn y_text(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{v:.0e}")
+    } else if v >= 1.0 {
+        format!("{v:.0}")
+    } else {
+        let decimals = (-v.log10().floor()) as usize;
+        format!("{v:.decimals$}")
     }
 }
 
@@ -176,7 +239,9 @@ pub(super) struct LineLayout {
     pub right: i32,
     pub top: i32,
     pub bottom: i32,
-    y_top: f64,
+    /// The y axis' ends as values (0 at the bottom unless logarithmic).
+    y_range: (f64, f64),
+    log_y: bool,
     /// The x axis' ends in axis units (log2 of x on a logarithmic axis).
     x_range: (f64, f64),
     log_x: bool,
@@ -214,8 +279,7 @@ impl LineLayout {
         let x_label_top = note_top - x_label_size * 1.3;
         let tick_size = TICK_SIZE * sc;
         let bottom = x_label_top - tick_size * 1.3 - 12.0 * sc;
-        let y_top = chart.y_top();
-        let y_ticks = ticks(y_top);
+        let (y_range, y_ticks) = chart.y_axis();
         let tick_w = y_ticks.iter().map(|(_, t)| text_width(t, tick_size));
         let left = MARGIN * sc + AXIS_SIZE * sc * 1.3 + tick_w.fold(0.0, f64::max) + 10.0 * sc;
         let right = w - MARGIN * sc - 10.0 * sc;
@@ -231,7 +295,8 @@ impl LineLayout {
             right: px(right),
             top: px(top),
             bottom: px(bottom),
-            y_top,
+            y_range,
+            log_y: chart.log_y,
             x_range: x_range(&chart.xs(), chart.log_x),
             log_x: chart.log_x,
             title,
@@ -285,10 +350,21 @@ impl LineLayout {
         }
     }
 
-    /// Pixel row of value `v`; 0 is the x axis.
+    /// Pixel row of value `v`; the bottom of the y axis is the x axis (values of 0 and,
+    /// on a logarithmic axis, below its range sit there).
     pub(super) fn y_px(&self, v: f64) -> i32 {
         let plot_h = f64::from(self.bottom - self.top);
-        self.bottom - px(v / self.y_top * plot_h)
+        let (lo, hi) = self.y_range;
+        let share = if self.log_y {
+            if v <= lo {
+                0.0
+            } else {
+                (v.log10() - lo.log10()) / (hi.log10() - lo.log10())
+            }
+        } else {
+            v / hi
+        };
+        self.bottom - px(share * plot_h)
     }
 
     /// Pixel column of load `x`.

@@ -442,6 +442,7 @@ fn scaling() -> LineChart {
         x_label: "threads".to_string(),
         y_label: "transactions/s".to_string(),
         log_x: true,
+        log_y: false,
         lines: vec![
             curve("ext2", &[(1.0, 1000.0), (8.0, 1500.0), (64.0, 1800.0)]),
             curve("xfs", &[(1.0, 500.0), (8.0, 600.0), (64.0, 650.0)]),
@@ -618,6 +619,40 @@ fn x_ticks_skip_labels_that_would_overlap() {
     for w in lay.x_ticks.windows(2) {
         assert!(w[1].x - w[0].x >= 20, "{} {}", w[0].text, w[1].text);
     }
+}
+
+#[test]
+fn log_y_spaces_decades_evenly() {
+    let chart = LineChart {
+        log_y: true,
+        lines: vec![
+            curve("fast", &[(1.0, 10_000.0), (2.0, 100_000.0)]),
+            curve("slow", &[(1.0, 100.0), (2.0, 0.0)]),
+        ],
+        ..scaling()
+    };
+    let svg = render_svg(&chart).unwrap();
+    let lay = line::LineLayout::new(&chart, DEFAULT_SIZE.0, DEFAULT_SIZE.1).unwrap();
+    // Decade ticks only (four decades), from 10 (below 90, the lowest whisker) up.
+    let texts: Vec<&str> = lay.y_ticks.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(texts, ["10", "100", "1000", "10000", "100000", "1000000"]);
+    let marks = circles(&svg);
+    assert_eq!(marks.len(), 4);
+    let (a, b, c) = (marks[0].1, marks[1].1, marks[2].1);
+    assert!(
+        (a - b) > 50 && ((a - b) - (c - a) / 2).abs() <= 1,
+        "{a} {b} {c}"
+    );
+    // The point at 0 sits on the x axis.
+    assert_eq!(marks[3].1, lay.bottom);
+    // Two decades or less get 2x and 5x ticks too.
+    let narrow = LineChart {
+        lines: vec![curve("only", &[(1.0, 30.0), (2.0, 300.0)])],
+        ..chart
+    };
+    let lay = line::LineLayout::new(&narrow, DEFAULT_SIZE.0, DEFAULT_SIZE.1).unwrap();
+    let texts: Vec<&str> = lay.y_ticks.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(texts, ["10", "20", "50", "100", "200", "500", "1000"]);
 }
 
 /// Writes an example line chart to $NVMFS_CHART_EXAMPLE_DIR when set, for eyeballing.

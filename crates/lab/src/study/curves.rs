@@ -155,14 +155,18 @@ pub fn stem(f: &CurveFigure) -> String {
 }
 
 /// The figure as a line chart; the x axis is logarithmic when the loads span a factor of
-/// 4 or more (doubling loads evenly spaced). Targets beyond the palette are left out and
-/// named in the caption.
+/// 4 or more (doubling loads evenly spaced), the y axis when the rates span more than a
+/// factor of 10 (nvmfs in-process against FUSE, say), so that every curve stays readable.
+/// Targets beyond the palette are left out and named in the caption.
 pub fn chart(f: &CurveFigure, note: &str) -> LineChart {
-    let xs = f.curves.iter().flat_map(|c| c.points.iter().map(|p| p.0));
-    let (lo, hi) = xs.fold((f64::INFINITY, 0.0f64), |(lo, hi), x| {
-        (lo.min(x), hi.max(x))
-    });
+    let points = || f.curves.iter().flat_map(|c| c.points.iter());
+    let (x_lo, x_hi) = span(points().map(|p| p.0));
+    let (y_lo, y_hi) = span(points().map(|p| p.1.mean));
+    let log_y = y_hi / y_lo > 10.0;
     let mut note = note.to_string();
+    if log_y {
+        note.push_str("; logarithmic y axis");
+    }
     let left_out: Vec<&str> = f
         .curves
         .iter()
@@ -180,7 +184,8 @@ pub fn chart(f: &CurveFigure, note: &str) -> LineChart {
         title: format!("{}: {}, {} by {}", f.figure, f.family, f.metric, f.x_label),
         x_label: f.x_label.to_string(),
         y_label: f.metric.to_string(),
-        log_x: lo > 0.0 && hi / lo >= 4.0,
+        log_x: points().all(|p| p.0 > 0.0) && x_hi / x_lo >= 4.0,
+        log_y,
         lines: f
             .curves
             .iter()
@@ -192,6 +197,14 @@ pub fn chart(f: &CurveFigure, note: &str) -> LineChart {
             .collect(),
         note: Some(note),
     }
+}
+
+/// The lowest value above 0 and the highest value (infinity and 0 when there are none, so
+/// that their ratio is 0).
+fn span(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    values
+        .filter(|v| *v > 0.0)
+        .fold((f64::INFINITY, 0.0), |(lo, hi), v| (lo.min(v), hi.max(v)))
 }
 
 /// A summary as a point, its interval clipped at 0 (and the mean alone when there is no

@@ -168,7 +168,9 @@ pub fn filemark_config(w: &FilemarkWorkload, rules: &Rules<'_>) -> io::Result<Fi
     c.seed = (rules.seed % 1_000_000) as u32 + 1;
     c.warmup_transactions = 0;
     if let Some(n) = rules.ops_max {
-        c.transactions = c.transactions.min(u32::try_from(n).unwrap_or(u32::MAX).max(1));
+        c.transactions = c
+            .transactions
+            .min(u32::try_from(n).unwrap_or(u32::MAX).max(1));
     }
     c.validate()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("filemark: {e}")))?;
