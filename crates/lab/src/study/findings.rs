@@ -356,4 +356,43 @@ mod tests {
             .unwrap();
         assert_eq!(flat.verdict, Verdict::NotMeasured);
     }
+
+    #[test]
+    fn scaling_and_best_kernel_ratios() {
+        let cells = vec![
+            cell("filemark-small-t1", "ext2", &[100.0, 101.0, 99.0]),
+            cell("filemark-small-t16", "ext2", &[150.0, 151.0, 149.0]),
+            cell("filemark-small-t16", "ext3", &[100.0, 101.0, 99.0]),
+            cell("filemark-small-t1", "jfs", &[50.0, 51.0, 49.0]),
+            cell("filemark-small-t16", "jfs", &[50.0, 52.0, 48.0]),
+            cell("aim7", "nvmfs", &[900.0, 905.0, 895.0]),
+            cell("aim7", "fuse:nvmfs", &[5000.0, 5001.0, 4999.0]),
+            cell("aim7", "ext2", &[300.0, 301.0, 299.0]),
+            cell("aim7", "xfs", &[450.0, 451.0, 449.0]),
+        ];
+        let checks = check_all(&crate::study::linux2002::findings(), &cells);
+        let by = |id: &str| checks.iter().find(|c| c.id == id).unwrap();
+        // ext2 at 16 threads over ext2 at 1: 1.5, the scaling ratio names both workloads.
+        let ext3 = by("ext3-journal-limits-thread-scaling");
+        let s = &ext3.ratios[2];
+        assert_eq!(s.b_workload.as_deref(), Some("filemark-small-t1"));
+        assert!((s.measured.unwrap() - 1.5).abs() < 1e-9);
+        assert_eq!(s.verdict, Verdict::Reproduced);
+        assert_eq!(ext3.ratios[0].verdict, Verdict::Reproduced);
+        assert_eq!(ext3.ratios[1].verdict, Verdict::NotMeasured);
+        // jfs flat with threads: the paper's "does not grow" is the direction below 1, and
+        // a flat curve is not a significant drop.
+        let jfs = by("jfs-trails-on-filemark");
+        assert_eq!(jfs.ratios[1].verdict, Verdict::NotReproduced);
+        assert_eq!(jfs.ratios[0].verdict, Verdict::Reproduced);
+        // The best kernel variant is xfs: fuse:nvmfs and nvmfs are not kernel variants.
+        let best = by("nvmfs-vs-best-kernel-aim7");
+        assert_eq!(best.ratios[0].b, "xfs");
+        assert!((best.ratios[0].measured.unwrap() - 2.0).abs() < 1e-9);
+        assert_eq!(best.verdict, Verdict::Reproduced);
+        // Nothing on this workload: the best kernel variant is not measured either.
+        let pg = by("nvmfs-vs-best-kernel-pgmeter");
+        assert_eq!(pg.verdict, Verdict::NotMeasured);
+        assert_eq!(pg.ratios[0].b, BEST_KERNEL);
+    }
 }
