@@ -68,7 +68,8 @@ pub fn extra_file_systems() -> Vec<ExtraVariant> {
                 mount_options: String::new(),
                 description: "JFS defaults (4 KiB blocks)".into(),
             },
-            history: "JFS is still in mainline Linux, but this kernel was built without it",
+            history:
+                "JFS is in mainline Linux but optional, and kernels are often built without it",
         },
     ]
 }
@@ -375,7 +376,7 @@ pub fn findings() -> Vec<Finding> {
 /// nvmfs (not in the paper) against the fastest kernel file system of each workload.
 fn nvmfs_findings() -> Vec<Finding> {
     let best = |w| r(w, "nvmfs", BEST_KERNEL, None, true);
-    const CAVEAT: &str = "nvmfs makes every operation durable before it returns (flushes and fences); the kernel file systems write into the page cache and sync only when asked (AIM7's O_SYNC subtests)";
+    const CAVEAT: &str = "a ratio counts only when the 95% intervals are apart (few kept trials give wide ones); nvmfs makes every operation durable before it returns (flushes and fences), while the kernel file systems write into the page cache and sync only when asked (AIM7's O_SYNC subtests)";
     vec![
         Finding {
             id: "nvmfs-vs-best-kernel-filemark",

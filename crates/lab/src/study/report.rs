@@ -530,8 +530,13 @@ fn normalised_bar(result: &StudyResult, workload: &str, target: &str, base: &str
 
 /// The console table: one line per workload and target.
 pub fn format_table(rows: &[Row], baseline: &str) -> String {
+    // As wide as the longest workload id (linux-2002's `filemark-small-t128`), at least 14.
+    let w = rows
+        .iter()
+        .map(|r| r.workload.chars().count())
+        .fold(14, usize::max);
     let mut s = format!(
-        "{:<14} {:<16} {:>12} {:>10} {:>9} {:>8} {:>9}  {}\n",
+        "{:<w$} {:<16} {:>12} {:>10} {:>9} {:>8} {:>9}  {}\n",
         "workload", "target", "ops/s", "±95%", "MB/s", "vs base", "vs best", "status"
     );
     for r in rows {
@@ -549,7 +554,7 @@ pub fn format_table(rows: &[Row], baseline: &str) -> String {
             });
         let _ = writeln!(
             s,
-            "{:<14} {:<16} {:>12} {:>10} {:>9} {:>8} {:>9}  {}",
+            "{:<w$} {:<16} {:>12} {:>10} {:>9} {:>8} {:>9}  {}",
             r.workload,
             r.target,
             mean,
@@ -570,7 +575,7 @@ pub fn format_table(rows: &[Row], baseline: &str) -> String {
     }
     let _ = writeln!(
         s,
-        "vs base: mean ops/s over {baseline}'s (* = significant: 95% intervals apart and >= 10%); vs best: nvmfs over the fastest kernel variant"
+        "ops/s: each workload's rate (ops/s, tpmC, transactions/s or jobs/min, see report.md); vs base: mean rate over {baseline}'s (* = significant: 95% intervals apart and >= 10%); vs best: nvmfs over the fastest kernel variant"
     );
     s
 }
