@@ -9,7 +9,7 @@ use nvmfs_lab::study::{self, env::Environment, Cell, CellStatus, Size, StudyConf
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Reproduce a source study (nvm-2015: Filebench, TPC-C and YCSB on nvmfs and kernel file systems)",
+    about = "Reproduce a source study (nvm-2015: Filebench, TPC-C and YCSB; linux-2002: filemark, pgmeter and AIM7; on nvmfs and kernel file systems)",
     long_about = "Reproduce a source study in one command.\n\n\
         nvm-2015 runs \"An Empirical Study of File Systems on NVM\" (MSST 2015): the Filebench \
         part (Figs. 2-4: fileserver, webproxy at directory depths 0.7, 2.1 and 3.4, and \
@@ -23,55 +23,78 @@ use nvmfs_lab::study::{self, env::Environment, Cell, CellStatus, Size, StudyConf
         device. Kernel targets need root; without it they are skipped with a message and nvmfs \
         still runs. --target dir:PATH adds any mounted directory (a fresh subdirectory of it, \
         not remounted between trials).\n\n\
+        linux-2002 runs \"Filesystem Performance and Scalability in Linux 2.4.17\" (Bryant et \
+        al., 2002) as scaling curves: filemark's small-file and large-file workloads against \
+        threads (Figs. 1-2), pgmeter's sequential read and write, File Server, 8K OLTP and Web \
+        Server against outstanding I/Os per file (Figs. 3-5, 8-10, 12) and AIM7's disk subtests \
+        against tasks (Fig. 11), on nvmfs, fuse:nvmfs and the paper's file systems (ext2, ext3 \
+        ordered and writeback, xfs, and reiserfs and jfs where the kernel has them, else reported \
+        unavailable) plus ext4. Its trials are filemark's transaction phases, pgmeter's tests and \
+        AIM7's whole sweeps; figures are line charts of absolute rates, ratios are to ext2.\n\n\
         Run rules: fresh mkfs per workload, remount before every trial, warm-up excluded, the \
         first trial discarded, mean and 95% Student-t interval of the rest. The results \
         directory gets config.json, environment.json, raw/*.json, trials.csv, results.json, \
-        results.csv, report.md and SVG/PNG figures normalised to the baseline.\n\n\
+        results.csv, report.md and SVG/PNG figures (bars normalised to the baseline, or \
+        scaling curves).\n\n\
         Loop devices, mounts and images are removed on success, on error and on Ctrl-C (a second \
         Ctrl-C tears down at once and exits 130).",
     after_help = "Examples:\n  nvmfs study nvm-2015 --quick\n  \
         nvmfs study nvm-2015 --quick --target nvmfs --target ext4 --workload fileserver\n  \
         nvmfs study nvm-2015 --quick --target nvmfs --target fuse:nvmfs --target dir:/mnt/pmem\n  \
-        nvmfs study nvm-2015 --full --out results/full"
+        nvmfs study nvm-2015 --full --out results/full\n  \
+        nvmfs study linux-2002 --quick\n  \
+        nvmfs study linux-2002 --quick --target nvmfs --target ext2 --workload aim7"
 )]
 pub struct Args {
-    /// The study: nvm-2015
-    #[arg(value_parser = ["nvm-2015"])]
+    /// The study: nvm-2015 or linux-2002
+    #[arg(value_parser = ["nvm-2015", "linux-2002"])]
     name: String,
-    /// 1/50 of the paper's file counts, 4 trials of 1 s; 10,000 YCSB records, a tenth of a
-    /// TPC-C warehouse, 4 trials of 0.25 s phases (about 15 minutes on 2 cores)
+    /// About 15 minutes on 2 cores. nvm-2015: 1/50 of the paper's file counts, 4 trials of
+    /// 1 s; 10,000 YCSB records, a tenth of a TPC-C warehouse, 4 trials of 0.25 s phases.
+    /// linux-2002: 2,000 filemark files at 1, 4, 16 threads; pgmeter on two 64 MiB files at
+    /// 1, 4, 16 outstanding I/Os; AIM7 up to 16 tasks; 4 trials, pgmeter's of 0.6 s
     #[arg(long, conflicts_with = "full")]
     quick: bool,
-    /// The paper's file counts (100K-500K files; needs the memory for them), 5 trials of 30 s
+    /// The paper's sizes. nvm-2015: 100K-500K files (needs the memory for them), 5 trials of
+    /// 30 s. linux-2002: 10,000 filemark files at 1 to 128 threads, pgmeter on 2 GiB files,
+    /// AIM7 up to 256 tasks, 8 trials, pgmeter's of 30 s
     #[arg(long)]
     full: bool,
-    /// Results directory [default: results/nvm-2015-<UTC time>]
+    /// Results directory [default: results/NAME-<UTC time>]
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Only these targets (repeat): nvmfs, fuse:nvmfs, ext2, ext3, ext3-writeback,
-    /// ext3-journal, ext4, ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs, or dir:PATH (a fresh
-    /// subdirectory of a mounted directory) [default: all available except dir:]
+    /// ext3-journal, ext4, ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs, (linux-2002) reiserfs,
+    /// jfs, or dir:PATH (a fresh subdirectory of a mounted directory) [default: the study's
+    /// targets that are available; nvm-2015: all, linux-2002: nvmfs, fuse:nvmfs, ext2, ext3,
+    /// ext3-writeback, xfs, ext4, reiserfs, jfs]
     #[arg(short, long = "target", value_name = "T")]
     targets: Vec<String>,
-    /// Only these workloads (repeat): fileserver, webproxy-d0.7, webproxy-d2.1,
-    /// webproxy-d3.4, webserver, varmail, tpcc, ycsb-a ... ycsb-f [default: all]
+    /// Only these workloads (repeat). nvm-2015: fileserver, webproxy-d0.7, webproxy-d2.1,
+    /// webproxy-d3.4, webserver, varmail, tpcc, ycsb-a ... ycsb-f. linux-2002:
+    /// filemark-{small,large}-tN (N threads), pgmeter-{seqread,seqwrite,fileserver,oltp,
+    /// webserver}-oN (N outstanding I/Os), aim7 [default: all]
     #[arg(short, long = "workload", value_name = "W")]
     workloads: Vec<String>,
-    /// Trials per workload and target, the first discarded
+    /// Trials per workload and target, the first discarded (linux-2002: filemark's phases,
+    /// pgmeter's tests, AIM7's sweeps)
     #[arg(long, value_name = "N")]
     trials: Option<usize>,
-    /// Measured seconds per trial
+    /// Measured seconds per trial (linux-2002: pgmeter's; filemark counts transactions and
+    /// AIM7 runs its job lists)
     #[arg(long, value_name = "S")]
     seconds: Option<f64>,
     /// Also end each trial after N flowops (all threads together), whichever comes first
+    /// (linux-2002: pgmeter's I/Os, filemark's transactions per phase)
     #[arg(long, value_name = "N")]
     ops: Option<u64>,
     /// Warm-up seconds per trial (not recorded)
     #[arg(long, value_name = "S")]
     warmup: Option<f64>,
-    /// Normalise figures and ratios to this target
-    #[arg(long, value_name = "T", default_value = "ext4")]
-    baseline: String,
+    /// Normalise figures and ratios to this target [default: nvm-2015: ext4, linux-2002:
+    /// ext2]
+    #[arg(long, value_name = "T")]
+    baseline: Option<String>,
     /// Directory (a tmpfs) for images and loop-device backing files
     #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
     shm_dir: PathBuf,
@@ -170,7 +193,7 @@ impl study::StudyProgress for Progress {
     }
 }
 
-fn config(args: &Args) -> Result<StudyConfig, String> {
+fn config(def: &study::StudyDef, args: &Args) -> Result<StudyConfig, String> {
     let size = if args.quick {
         Size::Quick
     } else if args.full {
@@ -185,10 +208,12 @@ fn config(args: &Args) -> Result<StudyConfig, String> {
             study::env::utc_stamp(study::env::unix_now())
         ))
     });
-    let mut cfg = StudyConfig::for_size(size, out);
+    let mut cfg = (def.config)(size, out);
     cfg.only_targets = args.targets.clone();
     cfg.only_workloads = args.workloads.clone();
-    cfg.baseline = args.baseline.clone();
+    if let Some(b) = &args.baseline {
+        cfg.baseline = b.clone();
+    }
     cfg.shm_dir = args.shm_dir.clone();
     // --trials, --seconds and --warmup set the database workloads' phases too.
     if let Some(t) = args.trials {
@@ -228,7 +253,11 @@ fn config(args: &Args) -> Result<StudyConfig, String> {
 }
 
 pub fn run(args: &Args) -> u8 {
-    let cfg = match config(args) {
+    let Some(def) = study::find(&args.name) else {
+        eprintln!("nvmfs study: unknown study {}", args.name);
+        return 2;
+    };
+    let cfg = match config(def, args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("nvmfs study: {e}");
@@ -238,20 +267,17 @@ pub fn run(args: &Args) -> u8 {
     if let Err(e) = kernel::install_interrupt_handler() {
         eprintln!("nvmfs study: warning: cannot install the interrupt handler: {e}");
     }
-    let env = Environment::capture(&cfg.shm_dir);
+    let env = Environment::capture_for(def, &cfg.shm_dir);
     if !env.root {
         eprintln!("nvmfs study: not running as root: kernel file systems are skipped (run with sudo to include them); nvmfs still runs");
     }
     eprintln!(
-        "nvmfs study nvm-2015 ({}): results in {}",
+        "nvmfs study {} ({}): results in {}",
+        def.name,
         cfg.size.name(),
         cfg.out_dir.display()
     );
     let mut progress = Progress::new(1);
-    let Some(def) = study::find(&args.name) else {
-        eprintln!("nvmfs study: unknown study {}", args.name);
-        return 2;
-    };
     let result = match study::run_study(def, &cfg, &kernel::interrupted, &mut progress) {
         Ok(r) => r,
         Err(e) => {

@@ -5,7 +5,7 @@
 //! SVG backend never needs one (the bitmap backend does, to draw glyphs).
 
 use super::layout::{
-    value_text, Label, Layout, ValueLabels, MISSING, SWATCH, SWATCH_GAP, VALUE_GAP,
+    value_text, Label, Layout, LegendEntry, ValueLabels, MISSING, SWATCH, SWATCH_GAP, VALUE_GAP,
 };
 use super::{Bar, BarChart, ChartError, PALETTE};
 use plotters::backend::DrawingBackend;
@@ -16,15 +16,15 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{Color, FontDesc, FontFamily, FontStyle, FontTransform, RGBColor};
 use plotters::style::{TextStyle, BLACK, WHITE};
 
-const GRID: RGBColor = RGBColor(0xE0, 0xE0, 0xE0);
-const AXIS: RGBColor = RGBColor(0x33, 0x33, 0x33);
+pub(super) const GRID: RGBColor = RGBColor(0xE0, 0xE0, 0xE0);
+pub(super) const AXIS: RGBColor = RGBColor(0x33, 0x33, 0x33);
 const REFERENCE: RGBColor = RGBColor(0x22, 0x22, 0x22);
 /// Secondary text: "n/a" marks and the caption.
-const MUTED: RGBColor = RGBColor(0x66, 0x66, 0x66);
+pub(super) const MUTED: RGBColor = RGBColor(0x66, 0x66, 0x66);
 
-type Area<DB> = DrawingArea<DB, Shift>;
+pub(super) type Area<DB> = DrawingArea<DB, Shift>;
 
-fn failed<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> ChartError {
+pub(super) fn failed<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> ChartError {
     ChartError::Draw(e.to_string())
 }
 
@@ -54,12 +54,12 @@ pub(super) fn draw_chart<DB: DrawingBackend>(
     }
     draw_axes(root, lay)?;
     draw_labels(root, lay)?;
-    draw_legend(root, lay)?;
+    draw_legend(root, &lay.legend, lay.legend_size, lay.scale)?;
     root.present().map_err(failed)
 }
 
 /// Writes `label` anchored at `anchor`, optionally rotated to read upwards.
-fn text<DB: DrawingBackend>(
+pub(super) fn text<DB: DrawingBackend>(
     root: &Area<DB>,
     label: &Label,
     anchor: (HPos, VPos),
@@ -211,18 +211,23 @@ fn draw_labels<DB: DrawingBackend>(root: &Area<DB>, lay: &Layout) -> Result<(), 
     Ok(())
 }
 
-/// Colour swatches with the series names (laid out only for 2+ series).
-fn draw_legend<DB: DrawingBackend>(root: &Area<DB>, lay: &Layout) -> Result<(), ChartError> {
-    let size = lay.legend_size;
+/// Colour swatches with the series names (laid out only for 2+ series), text
+/// of `size` on a canvas at `scale` of 1000x600.
+pub(super) fn draw_legend<DB: DrawingBackend>(
+    root: &Area<DB>,
+    legend: &[LegendEntry],
+    size: f64,
+    scale: f64,
+) -> Result<(), ChartError> {
     let swatch = (size * SWATCH).round() as i32;
-    for entry in &lay.legend {
+    for entry in legend {
         let (x, y) = (entry.x, entry.y);
         let color = series_color(entry.series);
         let rect = Rectangle::new([(x, y), (x + swatch, y + swatch)], color.filled());
         root.draw(&rect).map_err(failed)?;
         let name = Label {
             text: entry.name.clone(),
-            x: x + swatch + (SWATCH_GAP * lay.scale).round() as i32,
+            x: x + swatch + (SWATCH_GAP * scale).round() as i32,
             y: y + swatch / 2,
             size,
         };

@@ -10,16 +10,16 @@ use super::{Bar, BarChart, ChartError};
 
 // Font sizes in plotters units on a 1000x600 canvas (an SVG font-size is
 // this / 1.24, plotters' convention), scaled with the canvas.
-const TITLE_SIZE: f64 = 26.0;
-const AXIS_SIZE: f64 = 18.0;
-const TICK_SIZE: f64 = 15.0;
+pub(super) const TITLE_SIZE: f64 = 26.0;
+pub(super) const AXIS_SIZE: f64 = 18.0;
+pub(super) const TICK_SIZE: f64 = 15.0;
 const GROUP_SIZE: f64 = 16.0;
-const LEGEND_SIZE: f64 = 16.0;
+pub(super) const LEGEND_SIZE: f64 = 16.0;
 const VALUE_SIZE: f64 = 13.0;
 const NOTE_SIZE: f64 = 14.0;
 /// Smallest size text shrinks to before it is rotated or cut.
-const MIN_SIZE: f64 = 11.0;
-const MARGIN: f64 = 12.0;
+pub(super) const MIN_SIZE: f64 = 11.0;
+pub(super) const MARGIN: f64 = 12.0;
 /// Share of a group's width its bars take; the rest separates the groups.
 const GROUP_FILL: f64 = 0.8;
 /// Estimated advance of one character in units of the plotters size: DejaVu
@@ -35,7 +35,7 @@ pub(super) const VALUE_GAP: f64 = 5.0;
 /// Caption lines kept; the rest of a longer note is cut.
 const NOTE_LINES: usize = 3;
 /// Smallest plot height (pixels) worth drawing.
-const MIN_PLOT_HEIGHT: f64 = 40.0;
+pub(super) const MIN_PLOT_HEIGHT: f64 = 40.0;
 
 /// Estimated width in pixels of `text` at plotters size `size`.
 pub(super) fn text_width(text: &str, size: f64) -> f64 {
@@ -50,13 +50,13 @@ pub(super) fn value_text(bar: &Bar) -> String {
 /// Label drawn in an empty slot (a `None` bar).
 pub(super) const MISSING: &str = "n/a";
 
-fn px(v: f64) -> i32 {
+pub(super) fn px(v: f64) -> i32 {
     v.round() as i32
 }
 
 /// Largest size in `min..=max` at which `chars` characters fit `avail`
 /// pixels (`min` when none does).
-fn fit_size(chars: usize, avail: f64, max: f64, min: f64) -> f64 {
+pub(super) fn fit_size(chars: usize, avail: f64, max: f64, min: f64) -> f64 {
     if chars == 0 {
         return max;
     }
@@ -64,7 +64,7 @@ fn fit_size(chars: usize, avail: f64, max: f64, min: f64) -> f64 {
 }
 
 /// `text` cut to fit `avail` pixels at `size`, ending in '…' when cut.
-fn truncate(text: &str, avail: f64, size: f64) -> String {
+pub(super) fn truncate(text: &str, avail: f64, size: f64) -> String {
     let max_chars = (avail / (CHAR_WIDTH * size)).floor().max(1.0) as usize;
     if text.chars().count() <= max_chars {
         return text.to_string();
@@ -145,7 +145,8 @@ impl Layout {
         let sc = (w / 1000.0).min(h / 600.0).clamp(0.5, 8.0);
         let mut y = MARGIN * sc;
         let title = title(&chart.title, w, sc, &mut y);
-        let legend = legend(chart, w, sc, &mut y);
+        let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
+        let legend = legend(&names, w, sc, &mut y);
         let note = note(chart.note.as_deref(), w, h, sc);
         let note_top = note.first().map_or(h - MARGIN * sc, |l| f64::from(l.y));
         let y_top = chart.y_top();
@@ -250,7 +251,7 @@ impl Layout {
 
 /// The title line at `y` (none for an empty title), shrunk or cut to the
 /// canvas width; advances `y` past it.
-fn title(text: &str, w: f64, sc: f64, y: &mut f64) -> Option<Label> {
+pub(super) fn title(text: &str, w: f64, sc: f64, y: &mut f64) -> Option<Label> {
     if text.trim().is_empty() {
         return None;
     }
@@ -268,8 +269,8 @@ fn title(text: &str, w: f64, sc: f64, y: &mut f64) -> Option<Label> {
 
 /// Legend entries in centred rows from `y` down (only for two or more
 /// series), wrapping when a row is full; advances `y` past them.
-fn legend(chart: &BarChart, w: f64, sc: f64, y: &mut f64) -> Vec<LegendEntry> {
-    if chart.series.len() < 2 {
+pub(super) fn legend(names: &[&str], w: f64, sc: f64, y: &mut f64) -> Vec<LegendEntry> {
+    if names.len() < 2 {
         return Vec::new();
     }
     let size = LEGEND_SIZE * sc;
@@ -278,8 +279,8 @@ fn legend(chart: &BarChart, w: f64, sc: f64, y: &mut f64) -> Vec<LegendEntry> {
     // Entries (series, name, width) in rows, left to right.
     let mut rows: Vec<Vec<(usize, String, f64)>> = Vec::new();
     let mut row: Vec<(usize, String, f64)> = Vec::new();
-    for (i, s) in chart.series.iter().enumerate() {
-        let name = truncate(&s.name, avail - swatch_and_gap, size);
+    for (i, s) in names.iter().enumerate() {
+        let name = truncate(s, avail - swatch_and_gap, size);
         let entry_w = swatch_and_gap + text_width(&name, size);
         let row_w: f64 = row.iter().map(|e| e.2 + spacing).sum();
         if !row.is_empty() && row_w + entry_w > avail {
@@ -310,7 +311,7 @@ fn legend(chart: &BarChart, w: f64, sc: f64, y: &mut f64) -> Vec<LegendEntry> {
 
 /// The caption wrapped at spaces into at most [`NOTE_LINES`] lines (the last
 /// cut with '…' if there is more), at the bottom of the canvas.
-fn note(note: Option<&str>, w: f64, h: f64, sc: f64) -> Vec<Label> {
+pub(super) fn note(note: Option<&str>, w: f64, h: f64, sc: f64) -> Vec<Label> {
     let Some(text) = note.filter(|t| !t.trim().is_empty()) else {
         return Vec::new();
     };
@@ -346,7 +347,7 @@ fn note(note: Option<&str>, w: f64, h: f64, sc: f64) -> Vec<Label> {
 }
 
 /// Round tick values from 0 up to `y_top` (about five) with their labels.
-fn ticks(y_top: f64) -> Vec<(f64, String)> {
+pub(super) fn ticks(y_top: f64) -> Vec<(f64, String)> {
     let raw = y_top / 5.0;
     let magnitude = 10f64.powf(raw.log10().floor());
     let step = [1.0, 2.0, 2.5, 5.0, 10.0]
@@ -449,7 +450,7 @@ fn fit_values(chart: &BarChart, slot: f64, sc: f64) -> (ValueLabels, f64, f64) {
 }
 
 /// The rotated y-axis label, centred on the plot's height and fitted to it.
-fn y_label(text: &str, x: f64, top: f64, bottom: f64, sc: f64) -> Label {
+pub(super) fn y_label(text: &str, x: f64, top: f64, bottom: f64, sc: f64) -> Label {
     let avail = bottom - top;
     let size = fit_size(text.chars().count(), avail, AXIS_SIZE * sc, MIN_SIZE * sc);
     Label {

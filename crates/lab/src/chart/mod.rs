@@ -1,9 +1,13 @@
-//! Grouped bar charts in the style of a file-system paper's figures.
+//! Charts in the style of a file-system paper's figures: grouped bar charts
+//! ([`BarChart`]) and scaling curves ([`LineChart`], in line.rs).
 //!
-//! One group per x-axis entry (typically a file system), one bar per series
-//! inside each group (typically a workload variant), an optional 95%
-//! confidence-interval whisker on every bar, an optional dashed reference
-//! line (the baseline, e.g. 1.0 for "normalised to ext4") and a small caption.
+//! A bar chart has one group per x-axis entry (typically a file system), one
+//! bar per series inside each group (typically a workload variant), an
+//! optional 95% confidence-interval whisker on every bar, an optional dashed
+//! reference line (the baseline, e.g. 1.0 for "normalised to ext4") and a
+//! small caption. A line chart has one line per series (typically a file
+//! system) through its points (a rate against threads, outstanding I/Os or
+//! tasks), with a 95% whisker at every point.
 //!
 //! Drawing goes through `plotters`, but without its chart builder: that one
 //! measures text with a font for captions, legends and axis labels, which
@@ -16,6 +20,7 @@
 mod draw;
 mod font;
 mod layout;
+mod line;
 #[cfg(test)]
 mod tests;
 
@@ -28,6 +33,77 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 pub use font::FONT_ENV;
+pub use line::{Line, LineChart, Point};
+
+use plotters::backend::DrawingBackend;
+use plotters::coord::Shift;
+use plotters::drawing::DrawingArea;
+
+/// A chart [`render_svg`], [`render_png`] and [`write_chart`] can draw:
+/// [`BarChart`] or [`LineChart`].
+pub trait Chart: sealed::Draw {}
+
+impl Chart for BarChart {}
+impl Chart for LineChart {}
+
+mod sealed {
+    use super::*;
+
+    /// What each kind of chart supplies to the shared rendering code.
+    pub trait Draw {
+        /// Checks everything drawing relies on.
+        fn check(&self) -> Result<(), ChartError>;
+        /// Whether the chart can be laid out on a `width` x `height` canvas.
+        fn fits(&self, width: u32, height: u32) -> Result<(), ChartError>;
+        /// Lays the chart out on a `width` x `height` canvas and draws it.
+        fn draw_on<DB: DrawingBackend>(
+            &self,
+            root: &DrawingArea<DB, Shift>,
+            width: u32,
+            height: u32,
+        ) -> Result<(), ChartError>;
+    }
+
+    impl Draw for BarChart {
+        fn check(&self) -> Result<(), ChartError> {
+            self.validate()
+        }
+
+        fn fits(&self, width: u32, height: u32) -> Result<(), ChartError> {
+            layout::Layout::new(self, width, height).map(drop)
+        }
+
+        fn draw_on<DB: DrawingBackend>(
+            &self,
+            root: &DrawingArea<DB, Shift>,
+            width: u32,
+            height: u32,
+        ) -> Result<(), ChartError> {
+            let layout = layout::Layout::new(self, width, height)?;
+            draw::draw_chart(root, self, &layout)
+        }
+    }
+
+    impl Draw for LineChart {
+        fn check(&self) -> Result<(), ChartError> {
+            self.validate()
+        }
+
+        fn fits(&self, width: u32, height: u32) -> Result<(), ChartError> {
+            line::LineLayout::new(self, width, height).map(drop)
+        }
+
+        fn draw_on<DB: DrawingBackend>(
+            &self,
+            root: &DrawingArea<DB, Shift>,
+            width: u32,
+            height: u32,
+        ) -> Result<(), ChartError> {
+            let layout = line::LineLayout::new(self, width, height)?;
+            line::draw(root, self, &layout)
+        }
+    }
+}
 
 /// Canvas of [`render_svg`] (and of the PNG that [`write_chart`] writes):
 /// readable on a screen and in a two-column paper at full text width.
@@ -40,7 +116,7 @@ pub const MAX_PNG_SIDE: u32 = 8192;
 
 /// Fill colours of the series, in order (Tableau 10): distinct, readable in
 /// grey-scale print, and fixed so the same series always gets the same colour.
-pub const PALETTE: [(u8, u8, u8); 8] = [
+pub const PALETTE: [(u8, u8, u8); 10] = [
     (0x4E, 0x79, 0xA7), // blue
     (0xF2, 0x8E, 0x2B), // orange
     (0xE1, 0x57, 0x59), // red
@@ -49,6 +125,8 @@ pub const PALETTE: [(u8, u8, u8); 8] = [
     (0xED, 0xC9, 0x48), // yellow
     (0xB0, 0x7A, 0xA1), // purple
     (0xFF, 0x9D, 0xA7), // pink
+    (0x9C, 0x75, 0x5F), // brown
+    (0xBA, 0xB0, 0xAC), // grey
 ];
 
 /// A grouped bar chart: `groups` along the x axis, one bar per [`Series`] in
@@ -225,14 +303,13 @@ impl BarChart {
 /// Needs no font: text goes into `<text>` elements that the viewer renders,
 /// and the layout only estimates text widths. Deterministic: the same chart
 /// always gives the same bytes.
-pub fn render_svg(chart: &BarChart) -> Result<String, ChartError> {
-    chart.validate()?;
+pub fn render_svg<C: Chart>(chart: &C) -> Result<String, ChartError> {
+    chart.check()?;
     let (width, height) = DEFAULT_SIZE;
-    let layout = layout::Layout::new(chart, width, height)?;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, DEFAULT_SIZE).into_drawing_area();
-        draw::draw_chart(&root, chart, &layout)?;
+        chart.draw_on(&root, width, height)?;
     } // The backend writes the document's end when dropped.
     Ok(svg)
 }
@@ -245,19 +322,20 @@ pub fn render_svg(chart: &BarChart) -> Result<String, ChartError> {
 /// any .ttf under the usual font directories). Without one this returns
 /// [`ChartError::NoFont`] naming the package to install (fonts-dejavu-core),
 /// so callers can skip the PNG and say why.
-pub fn render_png(chart: &BarChart, width: u32, height: u32) -> Result<Vec<u8>, ChartError> {
-    chart.validate()?;
+pub fn render_png<C: Chart>(chart: &C, width: u32, height: u32) -> Result<Vec<u8>, ChartError> {
+    chart.check()?;
     if !(1..=MAX_PNG_SIDE).contains(&width) || !(1..=MAX_PNG_SIDE).contains(&height) {
         return Err(ChartError::Invalid(format!(
             "PNG size {width}x{height}, each side must be 1..={MAX_PNG_SIDE}"
         )));
     }
-    let layout = layout::Layout::new(chart, width, height)?;
+    // Lay out first: a canvas too small is an error even without a font.
+    chart.fits(width, height)?;
     font::ensure_registered()?;
     let mut rgb = vec![0u8; width as usize * height as usize * 3];
     {
         let root = BitMapBackend::with_buffer(&mut rgb, (width, height)).into_drawing_area();
-        draw::draw_chart(&root, chart, &layout)?;
+        chart.draw_on(&root, width, height)?;
     }
     encode_png(&rgb, width, height)
 }
@@ -290,7 +368,7 @@ pub struct ChartFiles {
 /// writes nothing. A PNG that cannot be rendered (typically [`ChartError::NoFont`])
 /// is not an error: the SVG is still written and [`ChartFiles::png`] holds the
 /// reason, for the caller to report.
-pub fn write_chart(chart: &BarChart, dir: &Path, stem: &str) -> io::Result<ChartFiles> {
+pub fn write_chart<C: Chart>(chart: &C, dir: &Path, stem: &str) -> io::Result<ChartFiles> {
     // The stem names files inside `dir`, not a path elsewhere.
     if stem.is_empty() || stem.contains(['/', '\\']) || stem == ".." {
         let why = format!("chart file stem {stem:?} must be a plain, non-empty name");

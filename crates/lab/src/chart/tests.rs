@@ -418,3 +418,248 @@ fn example_chart() {
         println!("wrote {files:?}");
     }
 }
+
+// Line charts (line.rs).
+
+fn curve(name: &str, points: &[(f64, f64)]) -> Line {
+    Line {
+        name: name.to_string(),
+        points: points
+            .iter()
+            .map(|&(x, y)| Point {
+                x,
+                y,
+                ci_low: y * 0.9,
+                ci_high: y * 1.1,
+            })
+            .collect(),
+    }
+}
+
+fn scaling() -> LineChart {
+    LineChart {
+        title: "Filemark <small> & files".to_string(),
+        x_label: "threads".to_string(),
+        y_label: "transactions/s".to_string(),
+        log_x: true,
+        log_y: false,
+        lines: vec![
+            curve("ext2", &[(1.0, 1000.0), (8.0, 1500.0), (64.0, 1800.0)]),
+            curve("xfs", &[(1.0, 500.0), (8.0, 600.0), (64.0, 650.0)]),
+            curve("jfs", &[]),
+        ],
+        note: Some("quick run; whiskers: 95% CI".to_string()),
+    }
+}
+
+/// (cx, cy, fill) of the `<circle>` markers plotters' SVG backend writes.
+fn circles(svg: &str) -> Vec<(i32, i32, String)> {
+    let int = |tag: &str, name: &str| attr(tag, name).parse::<i32>().unwrap();
+    svg.lines()
+        .filter(|l| l.trim_start().starts_with("<circle"))
+        .map(|tag| {
+            (
+                int(tag, "cx"),
+                int(tag, "cy"),
+                attr(tag, "fill").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn line_svg_has_labels_legend_and_a_marker_per_point() {
+    let chart = scaling();
+    let svg = render_svg(&chart).unwrap();
+    assert!(has_text(&svg, "Filemark &lt;small&gt; &amp; files"));
+    for label in [
+        "threads",
+        "transactions/s",
+        "ext2",
+        "xfs",
+        "jfs",
+        "1",
+        "8",
+        "64",
+    ] {
+        assert!(has_text(&svg, label), "{label} missing");
+    }
+    assert!(has_text(&svg, "quick run; whiskers: 95% CI"));
+    let marks = circles(&svg);
+    assert_eq!(marks.len(), 6);
+    assert_eq!(marks.iter().filter(|m| m.2 == hex(0)).count(), 3);
+    assert_eq!(marks.iter().filter(|m| m.2 == hex(1)).count(), 3);
+    // Three legend swatches, one per line, the empty one included.
+    for s in 0..3 {
+        let swatches = rects(&svg).into_iter().filter(|r| r.fill == hex(s)).count();
+        assert_eq!(swatches, 1, "line {s}");
+    }
+    assert_eq!(render_svg(&chart).unwrap(), svg, "deterministic");
+}
+
+#[test]
+fn line_points_sit_at_their_values() {
+    let chart = LineChart {
+        lines: vec![curve("only", &[(1.0, 100.0), (2.0, 200.0), (4.0, 50.0)])],
+        note: None,
+        title: String::new(),
+        ..scaling()
+    };
+    let svg = render_svg(&chart).unwrap();
+    let lay = line::LineLayout::new(&chart, DEFAULT_SIZE.0, DEFAULT_SIZE.1).unwrap();
+    let marks = circles(&svg);
+    assert_eq!(marks.len(), 3);
+    let h = |m: &(i32, i32, String)| lay.bottom - m.1;
+    let (a, b, c) = (h(&marks[0]), h(&marks[1]), h(&marks[2]));
+    assert!(a > 50, "tall enough to compare: {a}");
+    assert!(
+        (b - 2 * a).abs() <= 1 && (2 * c - a).abs() <= 1,
+        "{a} {b} {c}"
+    );
+    // Doubling loads are evenly spaced on the logarithmic axis, left to right.
+    let (d1, d2) = (marks[1].0 - marks[0].0, marks[2].0 - marks[1].0);
+    assert!(d1 > 100 && (d1 - d2).abs() <= 1, "{d1} {d2}");
+    // No legend for a single line: the only rect of its colour would be a swatch.
+    assert!(!rects(&svg).iter().any(|r| r.fill == hex(0)));
+    // On a linear axis 1 -> 2 is a third of 2 -> 4... of 1 -> 4's span.
+    let linear = LineChart {
+        log_x: false,
+        ..chart
+    };
+    let marks = circles(&render_svg(&linear).unwrap());
+    let (d1, d2) = (marks[1].0 - marks[0].0, marks[2].0 - marks[1].0);
+    assert!((2 * d1 - d2).abs() <= 1, "{d1} {d2}");
+}
+
+#[test]
+fn invalid_line_charts_are_errors_not_panics() {
+    let mut cases: Vec<(&str, LineChart)> = Vec::new();
+    let mut add = |name, edit: &dyn Fn(&mut LineChart)| {
+        let mut chart = scaling();
+        edit(&mut chart);
+        cases.push((name, chart));
+    };
+    add("no lines", &|c| c.lines.clear());
+    add("no points", &|c| {
+        c.lines.iter_mut().for_each(|l| l.points.clear())
+    });
+    add("too many lines", &|c| {
+        let extra = c.lines[0].clone();
+        c.lines.resize(PALETTE.len() + 1, extra);
+    });
+    add("NaN y", &|c| c.lines[0].points[1].y = f64::NAN);
+    add("negative y", &|c| c.lines[0].points[1].y = -1.0);
+    add("infinite ci", &|c| {
+        c.lines[1].points[0].ci_high = f64::INFINITY
+    });
+    add("ci reversed", &|c| {
+        c.lines[1].points[0].ci_low = 2.0;
+        c.lines[1].points[0].ci_high = 1.0;
+    });
+    add("zero x on a log axis", &|c| c.lines[0].points[0].x = 0.0);
+    add("NaN x", &|c| c.lines[0].points[0].x = f64::NAN);
+    add("x not increasing", &|c| c.lines[0].points[2].x = 8.0);
+    add("too large to scale", &|c| c.lines[0].points[0].y = f64::MAX);
+    for (name, chart) in cases {
+        assert!(
+            matches!(render_svg(&chart), Err(ChartError::Invalid(_))),
+            "{name}"
+        );
+        assert!(
+            matches!(render_png(&chart, 1000, 600), Err(ChartError::Invalid(_))),
+            "{name}"
+        );
+    }
+    let mut linear = scaling();
+    linear.log_x = false;
+    linear.lines[0].points[0].x = 0.0;
+    render_svg(&linear).expect("0 is fine on a linear axis");
+    assert!(matches!(
+        render_png(&scaling(), 40, 30),
+        Err(ChartError::Invalid(_))
+    ));
+}
+
+#[test]
+fn line_chart_png_and_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_chart(&scaling(), dir.path(), "fig1").unwrap();
+    assert_eq!(
+        fs::read_to_string(&files.svg).unwrap(),
+        render_svg(&scaling()).unwrap()
+    );
+    let png = match files.png {
+        Ok(path) => fs::read(path).unwrap(),
+        Err(why) => {
+            println!("skipped: no font ({why})");
+            return;
+        }
+    };
+    let mut reader = png::Decoder::new(std::io::Cursor::new(&png))
+        .read_info()
+        .unwrap();
+    let mut rgb = vec![0; reader.output_buffer_size().unwrap()];
+    let frame = reader.next_frame(&mut rgb).unwrap();
+    assert_eq!((frame.width, frame.height), DEFAULT_SIZE);
+    let orange = [PALETTE[1].0, PALETTE[1].1, PALETTE[1].2];
+    assert!(rgb.chunks(3).any(|p| p == orange), "has the second line");
+}
+
+#[test]
+fn x_ticks_skip_labels_that_would_overlap() {
+    let points: Vec<(f64, f64)> = (1..=200).map(|x| (f64::from(x), 1.0)).collect();
+    let chart = LineChart {
+        log_x: false,
+        lines: vec![curve("dense", &points)],
+        ..scaling()
+    };
+    let lay = line::LineLayout::new(&chart, DEFAULT_SIZE.0, DEFAULT_SIZE.1).unwrap();
+    assert!(lay.x_ticks.len() < 100, "{}", lay.x_ticks.len());
+    assert_eq!(lay.x_ticks[0].text, "1");
+    for w in lay.x_ticks.windows(2) {
+        assert!(w[1].x - w[0].x >= 20, "{} {}", w[0].text, w[1].text);
+    }
+}
+
+#[test]
+fn log_y_spaces_decades_evenly() {
+    let chart = LineChart {
+        log_y: true,
+        lines: vec![
+            curve("fast", &[(1.0, 10_000.0), (2.0, 100_000.0)]),
+            curve("slow", &[(1.0, 100.0), (2.0, 0.0)]),
+        ],
+        ..scaling()
+    };
+    let svg = render_svg(&chart).unwrap();
+    let lay = line::LineLayout::new(&chart, DEFAULT_SIZE.0, DEFAULT_SIZE.1).unwrap();
+    // Decade ticks only (four decades), from 10 (below 90, the lowest whisker) up.
+    let texts: Vec<&str> = lay.y_ticks.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(texts, ["10", "100", "1000", "10000", "100000", "1000000"]);
+    let marks = circles(&svg);
+    assert_eq!(marks.len(), 4);
+    let (a, b, c) = (marks[0].1, marks[1].1, marks[2].1);
+    assert!(
+        (a - b) > 50 && ((a - b) - (c - a) / 2).abs() <= 1,
+        "{a} {b} {c}"
+    );
+    // The point at 0 sits on the x axis.
+    assert_eq!(marks[3].1, lay.bottom);
+    // Two decades or less get 2x and 5x ticks too.
+    let narrow = LineChart {
+        lines: vec![curve("only", &[(1.0, 30.0), (2.0, 300.0)])],
+        ..chart
+    };
+    let lay = line::LineLayout::new(&narrow, DEFAULT_SIZE.0, DEFAULT_SIZE.1).unwrap();
+    let texts: Vec<&str> = lay.y_ticks.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(texts, ["10", "20", "50", "100", "200", "500", "1000"]);
+}
+
+/// Writes an example line chart to $NVMFS_CHART_EXAMPLE_DIR when set, for eyeballing.
+#[test]
+fn example_line_chart() {
+    if let Some(dir) = std::env::var_os("NVMFS_CHART_EXAMPLE_DIR") {
+        let files = write_chart(&scaling(), Path::new(&dir), "line-example").unwrap();
+        println!("wrote {files:?}");
+    }
+}

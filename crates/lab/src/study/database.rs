@@ -249,7 +249,7 @@ pub fn run_ycsb_on(
 
 /// Runs `f` on `target`, then closes the target whatever happened; `f`'s error comes
 /// first, then a closing error.
-fn closing<R>(
+pub(super) fn closing<R>(
     mut target: StudyTarget,
     f: impl FnOnce(&mut StudyTarget) -> io::Result<R>,
 ) -> io::Result<R> {

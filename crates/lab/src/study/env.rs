@@ -77,6 +77,7 @@ pub fn unix_now() -> u64 {
 }
 
 impl Environment {
+    /// The machine as it is now, without any study's emulation notes.
     pub fn capture(shm_dir: &Path) -> Self {
         let started_unix = unix_now();
         Environment {
@@ -90,13 +91,15 @@ impl Environment {
             root: unsafe { libc::geteuid() } == 0,
             started_unix,
             nvmfs_version: env!("CARGO_PKG_VERSION"),
-            emulation: vec![
-                "Persistent memory is emulated with DRAM: the nvmfs image and the kernel file systems' loop-device backing files live in the shm dir (tmpfs).".into(),
-                "Kernel file systems run on a loop device with direct I/O over a tmpfs file (the paper used a 58 GB ramdisk on Linux 3.11). Their data is cached in the page cache as on any block device; nvmfs keeps no page cache.".into(),
-                "nvmfs flushes and fences every update (durable on return); the kernel targets are not asked to sync except by varmail's fsync.".into(),
-                "nvmfs stands in for the paper's PMFS (direct access, in-place updates, fine-grained journaling). The paper's XIP variants (ext2-xip, ext3-xip) need DAX on a pmem device, which a loop device cannot provide.".into(),
-                "The paper's machine had 8 CPUs; this run uses the CPUs listed here with 50 filebench threads as in the paper.".into(),
-            ],
+            emulation: Vec::new(),
+        }
+    }
+
+    /// The machine, with how a run of `study` here differs from its paper's testbed.
+    pub fn capture_for(study: &super::StudyDef, shm_dir: &Path) -> Self {
+        Environment {
+            emulation: (study.emulation)(),
+            ..Self::capture(shm_dir)
         }
     }
 }

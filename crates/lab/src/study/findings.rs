@@ -7,14 +7,22 @@ use super::Cell;
 use crate::stats::{compare, Summary};
 use serde::Serialize;
 
-/// A ratio between two variants on one workload that the paper reports.
+/// The denominator name that stands for the fastest kernel variant on the ratio's workload.
+pub const BEST_KERNEL: &str = "best-kernel";
+
+/// A ratio between two variants on one workload that the paper reports, or between one
+/// variant at two loads (a scaling ratio).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct PaperRatio {
     pub workload: &'static str,
     /// Numerator and denominator: lab variant names (`nvmfs` stands in for
-    /// the paper's PMFS, the direct-access file system).
+    /// the paper's PMFS, the direct-access file system); `b` may be [`BEST_KERNEL`].
     pub a: &'static str,
     pub b: &'static str,
+    /// The denominator's workload when it is not `workload` (a scaling ratio: a variant at
+    /// a high load over itself at a low one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub b_workload: Option<&'static str>,
     /// a / b in the paper (read from its text), if it gives one.
     pub paper: Option<f64>,
     /// Which way the finding says the ratio goes: above 1 or below 1. For ops/s above 1 is
@@ -61,9 +69,25 @@ pub fn r(
         workload,
         a,
         b,
+        b_workload: None,
         paper,
         expect_above_one: faster,
         metric: Metric::OpsPerSec,
+    }
+}
+
+/// A scaling ratio: `target`'s rate on `high` over its rate on `low` (the same benchmark
+/// at a higher and a lower load); `grows` says the paper has it above 1.
+pub fn scaling(
+    high: &'static str,
+    low: &'static str,
+    target: &'static str,
+    paper: Option<f64>,
+    grows: bool,
+) -> PaperRatio {
+    PaperRatio {
+        b_workload: Some(low),
+        ..r(high, target, target, paper, grows)
     }
 }
 
@@ -80,6 +104,7 @@ pub fn lat(
         workload,
         a,
         b,
+        b_workload: None,
         paper,
         expect_above_one: above_one,
         metric: Metric::Latency(op),
@@ -114,6 +139,9 @@ pub struct RatioCheck {
     pub metric: Metric,
     pub a: String,
     pub b: String,
+    /// The denominator's workload, when not `workload`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub b_workload: Option<String>,
     pub paper: Option<f64>,
     pub measured: Option<f64>,
     pub significant: Option<bool>,
@@ -137,9 +165,13 @@ fn summary_of<'a>(
     target: &str,
     metric: Metric,
 ) -> Option<(&'a str, Summary)> {
-    let cell = cells
-        .iter()
-        .find(|c| c.workload == workload && matches_name(&c.target, target))?;
+    let cell = if target == BEST_KERNEL {
+        best_kernel_cell(cells, workload)?
+    } else {
+        cells
+            .iter()
+            .find(|c| c.workload == workload && matches_name(&c.target, target))?
+    };
     let s = match metric {
         Metric::OpsPerSec => cell.ops_per_sec(),
         Metric::Latency(op) => cell
@@ -151,9 +183,19 @@ fn summary_of<'a>(
     Some((cell.target.as_str(), s))
 }
 
+/// The kernel variant with the highest mean rate on `workload`.
+pub(super) fn best_kernel_cell<'a>(cells: &'a [Cell], workload: &str) -> Option<&'a Cell> {
+    cells
+        .iter()
+        .filter(|c| c.workload == workload && super::targets::is_kernel_variant(&c.target))
+        .filter_map(|c| c.ops_per_sec().map(|s| (c, s.mean)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, _)| c)
+}
+
 fn check_ratio(cells: &[Cell], r: &PaperRatio, no_difference: bool) -> RatioCheck {
     let a = summary_of(cells, r.workload, r.a, r.metric);
-    let b = summary_of(cells, r.workload, r.b, r.metric);
+    let b = summary_of(cells, r.b_workload.unwrap_or(r.workload), r.b, r.metric);
     let (measured, significant, verdict) = match (a, b) {
         (Some((_, sa)), Some((_, sb))) => {
             let c = compare(&sa, &sb);
@@ -182,6 +224,7 @@ fn check_ratio(cells: &[Cell], r: &PaperRatio, no_difference: bool) -> RatioChec
         metric: r.metric,
         a: a.map_or(r.a, |x| x.0).to_string(),
         b: b.map_or(r.b, |x| x.0).to_string(),
+        b_workload: r.b_workload.map(str::to_string),
         paper: r.paper,
         measured,
         significant,
@@ -312,5 +355,44 @@ mod tests {
             .find(|c| c.id == "ext2-collapses-on-flat-directory")
             .unwrap();
         assert_eq!(flat.verdict, Verdict::NotMeasured);
+    }
+
+    #[test]
+    fn scaling_and_best_kernel_ratios() {
+        let cells = vec![
+            cell("filemark-small-t1", "ext2", &[100.0, 101.0, 99.0]),
+            cell("filemark-small-t16", "ext2", &[150.0, 151.0, 149.0]),
+            cell("filemark-small-t16", "ext3", &[100.0, 101.0, 99.0]),
+            cell("filemark-small-t1", "jfs", &[50.0, 51.0, 49.0]),
+            cell("filemark-small-t16", "jfs", &[50.0, 52.0, 48.0]),
+            cell("aim7", "nvmfs", &[900.0, 905.0, 895.0]),
+            cell("aim7", "fuse:nvmfs", &[5000.0, 5001.0, 4999.0]),
+            cell("aim7", "ext2", &[300.0, 301.0, 299.0]),
+            cell("aim7", "xfs", &[450.0, 451.0, 449.0]),
+        ];
+        let checks = check_all(&crate::study::linux2002::findings(), &cells);
+        let by = |id: &str| checks.iter().find(|c| c.id == id).unwrap();
+        // ext2 at 16 threads over ext2 at 1: 1.5, the scaling ratio names both workloads.
+        let ext3 = by("ext3-journal-limits-thread-scaling");
+        let s = &ext3.ratios[2];
+        assert_eq!(s.b_workload.as_deref(), Some("filemark-small-t1"));
+        assert!((s.measured.unwrap() - 1.5).abs() < 1e-9);
+        assert_eq!(s.verdict, Verdict::Reproduced);
+        assert_eq!(ext3.ratios[0].verdict, Verdict::Reproduced);
+        assert_eq!(ext3.ratios[1].verdict, Verdict::NotMeasured);
+        // jfs flat with threads: the paper's "does not grow" is the direction below 1, and
+        // a flat curve is not a significant drop.
+        let jfs = by("jfs-trails-on-filemark");
+        assert_eq!(jfs.ratios[1].verdict, Verdict::NotReproduced);
+        assert_eq!(jfs.ratios[0].verdict, Verdict::Reproduced);
+        // The best kernel variant is xfs: fuse:nvmfs and nvmfs are not kernel variants.
+        let best = by("nvmfs-vs-best-kernel-aim7");
+        assert_eq!(best.ratios[0].b, "xfs");
+        assert!((best.ratios[0].measured.unwrap() - 2.0).abs() < 1e-9);
+        assert_eq!(best.verdict, Verdict::Reproduced);
+        // Nothing on this workload: the best kernel variant is not measured either.
+        let pg = by("nvmfs-vs-best-kernel-pgmeter");
+        assert_eq!(pg.verdict, Verdict::NotMeasured);
+        assert_eq!(pg.ratios[0].b, BEST_KERNEL);
     }
 }

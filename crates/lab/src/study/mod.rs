@@ -1,15 +1,20 @@
 //! `nvmfs study NAME`: a whole source study in one command.
 //!
-//! [`nvm2015`] holds seed 000's Filebench workloads (Table I) and findings;
-//! this module runs every workload on nvmfs and on every kernel variant
-//! this machine can provision ([`targets`]), one after the other, with the
-//! run rules (fresh mkfs per workload, remount between trials, the first
-//! trial discarded, 95% intervals), then [`report`] writes the results
-//! directory and [`findings`] checks the paper's claims against the run.
+//! Each study is a module that defines a [`StudyDef`]: [`nvm2015`] holds seed 000's
+//! Filebench and database workloads and findings, [`linux2002`] seed 001's filemark, pgmeter
+//! and AIM7 ones. This module runs a study's workloads on nvmfs and on the kernel variants
+//! of its [`targets::TargetPlan`] this machine can provision, one after the other, with the
+//! run rules (fresh mkfs per workload, remount between trials, the first trial discarded,
+//! 95% intervals); [`database`] and [`fsbench`] run the cells of the benchmarks other than
+//! Filebench. Then [`report`] writes the results directory (with [`curves`] for the scaling
+//! figures) and [`findings`] checks the paper's claims against the run.
 
+pub mod curves;
 pub mod database;
 pub mod env;
 pub mod findings;
+pub mod fsbench;
+pub mod linux2002;
 pub mod nvm2015;
 pub mod report;
 pub mod targets;
@@ -137,6 +142,8 @@ pub enum CellResult {
     Filebench(RunResult),
     /// YCSB or TPC-C.
     Database(database::DbResult),
+    /// filemark, pgmeter or AIM7.
+    FsBench(fsbench::BenchResult),
 }
 
 impl CellResult {
@@ -145,6 +152,7 @@ impl CellResult {
         match self {
             CellResult::Filebench(r) => r.ops_per_sec,
             CellResult::Database(r) => r.ops_per_sec,
+            CellResult::FsBench(r) => r.ops_per_sec,
         }
     }
 
@@ -153,6 +161,7 @@ impl CellResult {
         match self {
             CellResult::Filebench(r) => r.stopped_early.as_deref(),
             CellResult::Database(r) => r.stopped_early.as_deref(),
+            CellResult::FsBench(r) => r.stopped_early.as_deref(),
         }
     }
 
@@ -160,7 +169,7 @@ impl CellResult {
     pub fn filebench(&self) -> Option<&RunResult> {
         match self {
             CellResult::Filebench(r) => Some(r),
-            CellResult::Database(_) => None,
+            _ => None,
         }
     }
 
@@ -168,7 +177,15 @@ impl CellResult {
     pub fn database(&self) -> Option<&database::DbResult> {
         match self {
             CellResult::Database(r) => Some(r),
-            CellResult::Filebench(_) => None,
+            _ => None,
+        }
+    }
+
+    /// The filemark, pgmeter or AIM7 run, when the cell was one.
+    pub fn fsbench(&self) -> Option<&fsbench::BenchResult> {
+        match self {
+            CellResult::FsBench(r) => Some(r),
+            _ => None,
         }
     }
 
@@ -177,6 +194,7 @@ impl CellResult {
         match self {
             CellResult::Filebench(_) => "ops/s",
             CellResult::Database(r) => r.metric,
+            CellResult::FsBench(r) => r.metric,
         }
     }
 }
@@ -193,6 +211,13 @@ pub struct StudyDef {
     pub name: &'static str,
     /// The heading of report.md after the name.
     pub title: &'static str,
+    /// The run settings of `--quick`, `--full` or neither (trials, phase lengths,
+    /// baseline), before the command line's overrides.
+    pub config: fn(Size, PathBuf) -> StudyConfig,
+    /// Which targets it runs and what the paper called them.
+    pub targets: &'static targets::TargetPlan,
+    /// How a run here differs from the paper's testbed (environment.json, report.md).
+    pub emulation: fn() -> Vec<String>,
     /// Every workload (bar group) at a size, in the order they run.
     pub workloads: fn(Size) -> Vec<StudyWorkload>,
     /// The paper's findings a run can check.
@@ -208,7 +233,7 @@ impl std::fmt::Debug for StudyDef {
 }
 
 /// Every study `nvmfs study` knows.
-pub const STUDIES: &[&StudyDef] = &[&nvm2015::STUDY];
+pub const STUDIES: &[&StudyDef] = &[&nvm2015::STUDY, &linux2002::STUDY];
 
 /// The study called `name`.
 pub fn find(name: &str) -> Option<&'static StudyDef> {
@@ -263,7 +288,7 @@ pub fn run_study(
         ));
     }
     let device_bytes = targets::device_size_bytes(&workloads);
-    let target_list = targets::discover(device_bytes, &cfg.only_targets)?;
+    let target_list = targets::discover_for(study.targets, device_bytes, &cfg.only_targets)?;
     for t in target_list.iter().filter(|t| t.unavailable.is_some()) {
         progress.note(&format!(
             "{}: unavailable: {}",
@@ -339,6 +364,33 @@ fn run_cell(
             progress,
         )
         .map(CellResult::Database),
+        WorkloadConfig::Filemark(f) => fsbench::run_filemark_cell(
+            f,
+            t,
+            &fs_rules(cfg, device_bytes),
+            &mut provision,
+            interrupted,
+            progress,
+        )
+        .map(CellResult::FsBench),
+        WorkloadConfig::Pgmeter(p) => fsbench::run_pgmeter_cell(
+            p,
+            t,
+            &fs_rules(cfg, device_bytes),
+            &mut provision,
+            interrupted,
+            progress,
+        )
+        .map(CellResult::FsBench),
+        WorkloadConfig::Aim7(a) => fsbench::run_aim7_cell(
+            a,
+            t,
+            &fs_rules(cfg, device_bytes),
+            &mut provision,
+            interrupted,
+            progress,
+        )
+        .map(CellResult::FsBench),
     };
     let status = match &outcome {
         Ok(r) => match r.stopped_early() {
@@ -366,6 +418,19 @@ fn db_rules(cfg: &StudyConfig, device_bytes: u64) -> database::Rules<'_> {
         trials: cfg.db.trials,
         warmup_seconds: cfg.db.warmup_seconds,
         run_seconds: cfg.db.run_seconds,
+        seed: cfg.seed,
+        shm_dir: &cfg.shm_dir,
+        device_bytes,
+    }
+}
+
+/// The run rules of a filemark, pgmeter or AIM7 cell: the study's trials and phases.
+fn fs_rules(cfg: &StudyConfig, device_bytes: u64) -> fsbench::Rules<'_> {
+    fsbench::Rules {
+        trials: cfg.trials,
+        warmup_seconds: cfg.warmup_seconds,
+        run_seconds: cfg.run_seconds,
+        ops_max: cfg.ops_max,
         seed: cfg.seed,
         shm_dir: &cfg.shm_dir,
         device_bytes,

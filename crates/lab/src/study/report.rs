@@ -1,7 +1,9 @@
 //! The results directory of a study run: configuration, environment, raw
-//! per-trial data, JSON (schema in docs/LAB.md), CSV, Markdown, and bar
-//! charts normalised to a baseline like the paper's figures.
+//! per-trial data, JSON (schema in docs/LAB.md), CSV, Markdown, and the
+//! figures: bar charts normalised to a baseline, or line charts of absolute
+//! rates for scaling figures ([`super::curves`]), like the papers' figures.
 
+use super::curves;
 use super::env::Environment;
 use super::findings::{self, FindingCheck};
 use super::targets::matches_name;
@@ -80,6 +82,12 @@ fn kept_mean(cell: &Cell, f: impl Fn(&crate::filebench::TrialResult) -> f64) -> 
     (!kept.is_empty()).then(|| kept.iter().sum::<f64>() / kept.len() as f64)
 }
 
+/// Mean MB/s over the kept trials, whatever the benchmark measured it with.
+fn mb_per_sec(cell: &Cell) -> Option<f64> {
+    kept_mean(cell, |t| t.summary.mb_per_sec)
+        .or_else(|| cell.result.as_ref()?.fsbench()?.mb_per_sec)
+}
+
 /// Table rows with ratios to the baseline and, for nvmfs, to the best kernel variant.
 pub fn rows(result: &StudyResult) -> Vec<Row> {
     let base = &result.config.baseline;
@@ -108,7 +116,7 @@ pub fn rows(result: &StudyResult) -> Vec<Row> {
                 status: status_label(&c.status),
                 metric: c.result.as_ref().map_or("ops/s", |r| r.metric()),
                 ops_per_sec: s,
-                mb_per_sec_mean: kept_mean(c, |t| t.summary.mb_per_sec),
+                mb_per_sec_mean: mb_per_sec(c),
                 cpu_ms_per_kop: kept_mean(c, |t| {
                     (t.cpu.user_seconds + t.cpu.system_seconds) * 1e6 / t.summary.ops.max(1) as f64
                 }),
@@ -138,12 +146,8 @@ pub(crate) fn file_stem(target: &str) -> String {
 
 /// The fastest kernel variant (by mean) on `workload`.
 pub fn best_kernel(result: &StudyResult, workload: &str) -> Option<(String, Summary)> {
-    result
-        .cells
-        .iter()
-        .filter(|c| c.workload == workload && super::targets::is_kernel_variant(&c.target))
-        .filter_map(|c| c.ops_per_sec().map(|s| (c.target.clone(), s)))
-        .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
+    let c = findings::best_kernel_cell(&result.cells, workload)?;
+    Some((c.target.clone(), c.ops_per_sec()?))
 }
 
 /// Writes everything into `result.config.out_dir` (created if needed).
@@ -221,7 +225,17 @@ fn trials_csv(result: &StudyResult) -> String {
     );
     for c in &result.cells {
         if let Some(d) = c.result.as_ref().and_then(|r| r.database()) {
-            database_trials_csv(&mut s, c, d);
+            for t in &d.trials {
+                let row = (t.index, t.discarded, t.remounted, t.seconds, t.ops, t.value);
+                other_trial_csv(&mut s, c, row, None);
+            }
+            continue;
+        }
+        if let Some(b) = c.result.as_ref().and_then(|r| r.fsbench()) {
+            for t in &b.trials {
+                let row = (t.index, t.discarded, t.remounted, t.seconds, t.ops, t.value);
+                other_trial_csv(&mut s, c, row, Some(t.mb_per_sec));
+            }
             continue;
         }
         let Some(r) = c.result.as_ref().and_then(|r| r.filebench()) else {
@@ -253,16 +267,29 @@ fn trials_csv(result: &StudyResult) -> String {
     s
 }
 
-/// A database cell's trials in the columns of `trials.csv`: the metric (ops/s or tpmC) in
-/// `ops_per_sec`, the Filebench-only columns empty.
-fn database_trials_csv(s: &mut String, c: &Cell, d: &super::database::DbResult) {
-    for t in &d.trials {
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{},{:.4},{},{:.2},,,,,,,,",
-            c.workload, c.target, t.index, t.discarded, t.remounted, t.seconds, t.ops, t.value,
-        );
-    }
+/// A trial of a database, filemark, pgmeter or AIM7 cell in the columns of `trials.csv`:
+/// (index, discarded, remounted, seconds, ops, value), the metric (ops/s, tpmC,
+/// transactions/s, jobs/min) in `ops_per_sec`, MB/s when measured, the Filebench-only
+/// columns empty.
+fn other_trial_csv(
+    s: &mut String,
+    c: &Cell,
+    (index, discarded, remounted, seconds, ops, value): (usize, bool, bool, f64, u64, f64),
+    mb_per_sec: Option<f64>,
+) {
+    let _ = writeln!(
+        s,
+        "{},{},{},{},{},{:.4},{},{:.2},{},,,,,,,",
+        c.workload,
+        c.target,
+        index,
+        discarded,
+        remounted,
+        seconds,
+        ops,
+        value,
+        mb_per_sec.map_or(String::new(), |m| format!("{m:.3}")),
+    );
 }
 
 fn results_csv(rows: &[Row]) -> String {
@@ -316,6 +343,24 @@ fn write_charts(
     };
     let mut files = Vec::new();
     for fig in figures {
+        if let Some(f) = curves::figure(result, fig) {
+            if f.curves.is_empty() {
+                notes.push(format!("{fig}: no curves (no cell measured a rate)"));
+            } else {
+                let note = format!(
+                    "{} run; whiskers: 95% CI; absolute rates, not normalised",
+                    result.config.size.name()
+                );
+                put_chart(
+                    &curves::chart(&f, &note),
+                    dir,
+                    &curves::stem(&f),
+                    &mut files,
+                    notes,
+                )?;
+            }
+            continue;
+        }
         let wls: Vec<&StudyWorkload> = result
             .workloads
             .iter()
@@ -368,8 +413,8 @@ fn write_charts(
     Ok(files)
 }
 
-fn put_chart(
-    chart: &BarChart,
+fn put_chart<C: chart::Chart>(
+    chart: &C,
     dir: &Path,
     stem: &str,
     files: &mut Vec<PathBuf>,
@@ -485,8 +530,13 @@ fn normalised_bar(result: &StudyResult, workload: &str, target: &str, base: &str
 
 /// The console table: one line per workload and target.
 pub fn format_table(rows: &[Row], baseline: &str) -> String {
+    // As wide as the longest workload id (linux-2002's `filemark-small-t128`), at least 14.
+    let w = rows
+        .iter()
+        .map(|r| r.workload.chars().count())
+        .fold(14, usize::max);
     let mut s = format!(
-        "{:<14} {:<16} {:>12} {:>10} {:>9} {:>8} {:>9}  {}\n",
+        "{:<w$} {:<16} {:>12} {:>10} {:>9} {:>8} {:>9}  {}\n",
         "workload", "target", "ops/s", "±95%", "MB/s", "vs base", "vs best", "status"
     );
     for r in rows {
@@ -504,7 +554,7 @@ pub fn format_table(rows: &[Row], baseline: &str) -> String {
             });
         let _ = writeln!(
             s,
-            "{:<14} {:<16} {:>12} {:>10} {:>9} {:>8} {:>9}  {}",
+            "{:<w$} {:<16} {:>12} {:>10} {:>9} {:>8} {:>9}  {}",
             r.workload,
             r.target,
             mean,
@@ -525,7 +575,7 @@ pub fn format_table(rows: &[Row], baseline: &str) -> String {
     }
     let _ = writeln!(
         s,
-        "vs base: mean ops/s over {baseline}'s (* = significant: 95% intervals apart and >= 10%); vs best: nvmfs over the fastest kernel variant"
+        "ops/s: each workload's rate (ops/s, tpmC, transactions/s or jobs/min, see report.md); vs base: mean rate over {baseline}'s (* = significant: 95% intervals apart and >= 10%); vs best: nvmfs over the fastest kernel variant"
     );
     s
 }
@@ -566,6 +616,7 @@ fn markdown(
                 .map_or("-".into(), |v| format!("{v:.2}x")),
         );
     }
+    curve_tables(&mut s, result);
     database_latency_section(&mut s, result);
     let _ = writeln!(s, "\n## Findings of the paper, checked\n");
     for f in checks {
@@ -581,10 +632,14 @@ fn markdown(
                 findings::Metric::OpsPerSec => String::new(),
                 findings::Metric::Latency(op) => format!(" {op} latency"),
             };
+            let workload = match &r.b_workload {
+                Some(b) => format!("{} / {b}", r.workload),
+                None => r.workload.clone(),
+            };
             let _ = writeln!(
                 s,
                 "| {} | {}{what} / {} | {} | {} | {} | {} |",
-                r.workload,
+                workload,
                 r.a,
                 r.b,
                 r.paper.map_or("-".into(), |v| format!("{v:.2}")),
@@ -668,6 +723,29 @@ fn markdown(
         "\nmkfs and mount command lines of every kernel target are in `raw/*.json` (`provision`); per-trial numbers in `trials.csv`; the JSON schema is described in docs/LAB.md of the nvmfs repository."
     );
     s
+}
+
+/// The scaling figures as tables (none for studies without them).
+fn curve_tables(s: &mut String, result: &StudyResult) {
+    let mut figures: Vec<&'static str> = result.workloads.iter().map(|w| w.figure).collect();
+    figures.dedup();
+    let tables: Vec<String> = figures
+        .into_iter()
+        .filter_map(|fig| curves::figure(result, fig))
+        .filter(|f| !f.curves.is_empty())
+        .map(|f| curves::table(&f))
+        .collect();
+    if tables.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n## Scaling curves\n\nMean over the kept trials ± the 95% interval's half-width, per load and target (the figures' points).\n"
+    );
+    for t in tables {
+        s.push_str(&t);
+        s.push('\n');
+    }
 }
 
 /// Figs. 6-11 as tables: each YCSB operation's mean latency at the fixed offered load.

@@ -59,7 +59,13 @@ pub fn is_kernel_variant(name: &str) -> bool {
 /// 8 GiB so that XFS can have many allocation groups (the paper's 464 needs
 /// 30 GiB). The devices are sparse files, so only written blocks use memory.
 pub fn device_size_bytes(workloads: &[StudyWorkload]) -> u64 {
-    device_size_for(workloads.iter().filter_map(|w| w.personality()))
+    let filebench = device_size_for(workloads.iter().filter_map(|w| w.personality()));
+    let largest = workloads
+        .iter()
+        .map(StudyWorkload::footprint_bytes)
+        .max()
+        .unwrap_or(0);
+    filebench.max((largest * 3 + 2 * GIB).div_ceil(GIB) * GIB)
 }
 
 /// [`device_size_bytes`] for any personality configurations.
@@ -102,17 +108,68 @@ pub fn nvmfs_image_bytes(run: &RunConfig) -> u64 {
     (fileset * 2 + GIB / 2 + log).div_ceil(GIB / 4) * (GIB / 4)
 }
 
-/// nvmfs first, then the kernel catalogue, then what this kernel lacks.
+/// Which targets a study runs, and what its paper called them.
+#[derive(Debug)]
+pub struct TargetPlan {
+    /// The paper's name for the file system nvmfs stands in for, if it had one.
+    pub nvmfs_paper_name: Option<&'static str>,
+    /// The kernel catalogue's variants the study runs, by lab name, each with the paper's
+    /// name for it (`None`: not in the paper). `None` runs the whole catalogue with its own
+    /// names (seed 000's) and lists the variants of seed 000 this kernel lacks. A catalogue
+    /// variant outside the list still runs when `--target` names it.
+    pub kernel: Option<&'static [(&'static str, Option<&'static str>)]>,
+    /// The paper's file systems outside the catalogue: run when this kernel has them,
+    /// otherwise listed as unavailable with the reason.
+    pub extra: fn() -> Vec<ExtraVariant>,
+}
+
+/// A kernel file system of a paper that the lab's catalogue does not hold.
+#[derive(Debug, Clone)]
+pub struct ExtraVariant {
+    pub variant: kernel::Variant,
+    /// Added to the reason when this kernel lacks it (e.g. when it left mainline Linux).
+    pub history: &'static str,
+}
+
+/// No file systems beyond the catalogue.
+pub fn no_extra() -> Vec<ExtraVariant> {
+    Vec::new()
+}
+
+/// Seed 000's targets: nvmfs (for PMFS), FUSE and the whole kernel catalogue.
+pub const CATALOGUE: TargetPlan = TargetPlan {
+    nvmfs_paper_name: Some("pmfs"),
+    kernel: None,
+    extra: no_extra,
+};
+
+/// [`discover_for`] with the whole catalogue ([`CATALOGUE`]).
+pub fn discover(device_bytes: u64, only: &[String]) -> io::Result<Vec<TargetEntry>> {
+    discover_for(&CATALOGUE, device_bytes, only)
+}
+
+/// nvmfs first, then the plan's kernel variants, then what this kernel lacks.
 /// `only` filters by name (`xfs-ag` matches the high-AG variant whatever
 /// its count).
-pub fn discover(device_bytes: u64, only: &[String]) -> io::Result<Vec<TargetEntry>> {
-    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| matches_name(name, o));
+pub fn discover_for(
+    plan: &TargetPlan,
+    device_bytes: u64,
+    only: &[String],
+) -> io::Result<Vec<TargetEntry>> {
+    let named = |name: &str| only.iter().any(|o| matches_name(name, o));
+    let wanted = |name: &str| only.is_empty() || named(name);
     let mut out = Vec::new();
     if wanted("nvmfs") {
         out.push(TargetEntry {
             name: "nvmfs".into(),
-            paper_name: Some("pmfs".into()),
-            description: "nvmfs library in-process on a fresh image in the shm dir: direct access, no page cache, durable on return (stands in for the paper's PMFS)".into(),
+            paper_name: plan.nvmfs_paper_name.map(str::to_string),
+            description: format!(
+                "nvmfs library in-process on a fresh image in the shm dir: direct access, no page cache, durable on return{}",
+                plan.nvmfs_paper_name.map_or(String::new(), |p| format!(
+                    " (stands in for the paper's {})",
+                    p.to_uppercase()
+                ))
+            ),
             unavailable: None,
             kind: Kind::Nvmfs,
         });
@@ -129,28 +186,35 @@ pub fn discover(device_bytes: u64, only: &[String]) -> io::Result<Vec<TargetEntr
             kind: Kind::Fuse,
         });
     }
-    for v in kernel::catalogue(device_bytes) {
-        if !wanted(&v.name) {
-            continue;
-        }
-        let unavailable = match kernel::availability(&v) {
-            Availability::Available => None,
-            Availability::Unavailable { reason } => Some(reason),
+    let catalogue = kernel::catalogue(device_bytes);
+    for v in &catalogue {
+        let listed = match plan.kernel {
+            None => Some(v.paper_name.clone()),
+            Some(list) => list
+                .iter()
+                .find(|(name, _)| matches_name(&v.name, name))
+                .map(|(_, paper)| paper.map(str::to_string)),
         };
-        out.push(TargetEntry {
-            name: v.name.clone(),
-            paper_name: v.paper_name.clone(),
-            description: v.description.clone(),
-            unavailable,
-            kind: Kind::Kernel(v),
-        });
+        let paper_name = match (listed, only.is_empty()) {
+            (Some(p), _) if wanted(&v.name) => p,
+            // Outside the plan: only when asked for by name.
+            (None, false) if named(&v.name) => None,
+            _ => continue,
+        };
+        out.push(kernel_entry(v.clone(), paper_name, kernel::availability(v)));
+    }
+    let extras = (plan.extra)();
+    for x in extras.iter().filter(|x| wanted(&x.variant.name)) {
+        let availability = extra_availability(x);
+        let paper = x.variant.paper_name.clone();
+        out.push(kernel_entry(x.variant.clone(), paper, availability));
     }
     for o in only {
         if let Some(dir) = o.strip_prefix("dir:") {
             out.push(dir_entry(dir)?);
         }
     }
-    if only.is_empty() {
+    if only.is_empty() && plan.kernel.is_none() {
         for (paper, reason) in kernel::unavailable_variants() {
             out.push(TargetEntry {
                 name: paper.clone(),
@@ -166,12 +230,96 @@ pub fn discover(device_bytes: u64, only: &[String]) -> io::Result<Vec<TargetEntr
         .filter(|o| !out.iter().any(|t| matches_name(&t.name, o)))
         .collect();
     if !unknown.is_empty() {
+        let mut known = vec![
+            "nvmfs".to_string(),
+            FUSE_NAME.to_string(),
+            "dir:PATH".into(),
+        ];
+        for name in catalogue
+            .iter()
+            .map(|v| &v.name)
+            .chain(extras.iter().map(|x| &x.variant.name))
+        {
+            known.push(match name.strip_prefix("xfs-ag") {
+                Some(_) => "xfs-ag".to_string(),
+                None => name.clone(),
+            });
+        }
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("unknown target(s) {unknown:?}; known: nvmfs, fuse:nvmfs, dir:PATH and the kernel variants (ext2, ext3, ext3-writeback, ext3-journal, ext4, ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs)"),
+            format!("unknown target(s) {unknown:?}; known: {}", known.join(", ")),
         ));
     }
     Ok(out)
+}
+
+fn kernel_entry(
+    v: kernel::Variant,
+    paper_name: Option<String>,
+    availability: Availability,
+) -> TargetEntry {
+    let unavailable = match availability {
+        Availability::Available => None,
+        Availability::Unavailable { reason } => Some(reason),
+    };
+    TargetEntry {
+        name: v.name.clone(),
+        paper_name,
+        description: v.description.clone(),
+        unavailable,
+        kind: Kind::Kernel(v),
+    }
+}
+
+/// Whether a file system outside the catalogue can run: the kernel must list its type in
+/// /proc/filesystems or have a module for it that `modprobe -n` (a dry run, which loads
+/// nothing) finds; then it needs what every variant needs ([`kernel::availability`]: root,
+/// its mkfs program, loop devices), which loads the module if there is one.
+fn extra_availability(x: &ExtraVariant) -> Availability {
+    let fs_type = &x.variant.fs_type;
+    if !kernel_lists(fs_type) {
+        if let Err(why) = module_exists(fs_type) {
+            let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map_or_else(|_| "unknown".to_string(), |s| s.trim().to_string());
+            let history = if x.history.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", x.history)
+            };
+            return Availability::Unavailable {
+                reason: format!(
+                    "the running kernel ({release}) has no {fs_type}: not in /proc/filesystems, and {why}{history}"
+                ),
+            };
+        }
+    }
+    kernel::availability(&x.variant)
+}
+
+/// Whether /proc/filesystems lists `fs_type` (lines are `nodev\ttmpfs` or `\text4`).
+pub fn kernel_lists(fs_type: &str) -> bool {
+    std::fs::read_to_string("/proc/filesystems")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some(fs_type))
+}
+
+/// Ok when `modprobe -n -q fs_type` finds a module; otherwise what happened.
+fn module_exists(fs_type: &str) -> Result<(), String> {
+    match std::process::Command::new("modprobe")
+        .args(["-n", "-q", fs_type])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => Ok(()),
+        Ok(_) => Err(format!("`modprobe -n {fs_type}` finds no module for it")),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(format!(
+            "modprobe is not installed to look for a {fs_type} module"
+        )),
+        Err(e) => Err(format!("`modprobe -n {fs_type}` could not run: {e}")),
+    }
 }
 
 /// `dir:PATH`: PATH must be an existing directory.

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::kernel;
+use crate::targets::api::{MicroFile, MicroFs};
 
 /// The leftover checks look at everything this process made, so the tests
 /// that provision targets take turns.
@@ -296,7 +297,225 @@ fn database_cells_run_check_their_databases_and_report_latency() {
     assert_eq!(trials.lines().count(), 1 + 3 * 2 * 2);
 }
 
-use crate::targets::api::{MicroFile, MicroFs};
+/// Seed 001's cell kinds, shrunk: filemark at two thread counts, pgmeter at two outstanding
+/// I/O counts, a two-point AIM7 sweep.
+fn tiny_fsbench_workloads() -> Vec<workload::StudyWorkload> {
+    let keep = [
+        "filemark-small-t1",
+        "filemark-small-t4",
+        "pgmeter-oltp-o1",
+        "pgmeter-oltp-o4",
+        "aim7",
+    ];
+    let mut out = Vec::new();
+    for mut w in linux2002::workloads(Size::Quick) {
+        if !keep.contains(&w.id.as_str()) {
+            continue;
+        }
+        match &mut w.config {
+            workload::WorkloadConfig::Filemark(f) => {
+                f.config.files = 200;
+                f.config.transactions = 400;
+            }
+            workload::WorkloadConfig::Pgmeter(p) => p.file_size_bytes = 4 << 20,
+            workload::WorkloadConfig::Aim7(a) => {
+                a.config.task_counts = vec![1, 2];
+                a.config.period_seconds = Some(0.1);
+            }
+            _ => unreachable!("linux-2002 has no other kinds"),
+        }
+        out.push(w);
+    }
+    out
+}
+
+/// Checks what every fsbench cell of the tiny run must show.
+fn check_fsbench_cell(c: &Cell, w: &workload::StudyWorkload) {
+    assert_eq!(c.status, CellStatus::Ok, "{} on {}", c.workload, c.target);
+    let b = c
+        .result
+        .as_ref()
+        .unwrap()
+        .fsbench()
+        .expect("an fsbench result");
+    assert_eq!(b.trials.len(), 2, "{} on {}", c.workload, c.target);
+    assert!(b.trials[0].discarded && !b.trials[1].discarded);
+    assert_eq!(b.trials[1].remounted, c.target != "tmpfs", "{}", c.target);
+    let s = b.ops_per_sec.expect("a kept trial");
+    assert!(s.mean > 0.0 && s.n == 1, "{s:?}");
+    match &w.config {
+        workload::WorkloadConfig::Filemark(_) => {
+            assert_eq!(b.metric, "transactions/s");
+            for t in &b.trials {
+                assert_eq!(t.ops, 400);
+                assert!((t.value - t.ops as f64 / t.seconds).abs() < 1e-6 * t.value);
+            }
+            assert_eq!(s.mean, b.trials[1].value);
+        }
+        workload::WorkloadConfig::Pgmeter(_) => {
+            assert_eq!(b.metric, "ops/s");
+            assert!(b.trials.iter().all(|t| t.ops > 0 && t.mb_per_sec > 0.0));
+            assert!(b.setup_seconds > 0.0, "preallocation timed");
+        }
+        workload::WorkloadConfig::Aim7(_) => {
+            assert_eq!(b.metric, "jobs/min");
+            let sweep = b.sweep().expect("AIM7's curve");
+            let xs: Vec<f64> = sweep.points.iter().map(|p| p.x).collect();
+            assert_eq!(xs, [1.0, 2.0]);
+            let peak = sweep.points.iter().find(|p| Some(p.x) == sweep.peak_x);
+            assert_eq!(peak.map(|p| p.value.mean), Some(s.mean));
+            assert!(sweep.points.iter().all(|p| p.value.mean <= s.mean));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn linux2002_cells_run_and_write_scaling_figures() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let kernel = if is_root() { "ext4" } else { "tmpfs" };
+    let mut cfg = linux2002::config(Size::Quick, out.path().join("r"));
+    cfg.trials = 2;
+    cfg.warmup_seconds = 0.02;
+    cfg.run_seconds = 0.1;
+    cfg.only_targets = vec!["nvmfs".into(), kernel.into()];
+    let workloads = tiny_fsbench_workloads();
+    assert_eq!(workloads.len(), 5);
+    let device = targets::device_size_bytes(&workloads);
+    let targets = targets::discover_for(&linux2002::TARGETS, device, &cfg.only_targets).unwrap();
+    assert_eq!(targets.len(), 2, "{targets:?}");
+    let mut cells = Vec::new();
+    for w in &workloads {
+        for t in &targets {
+            let c = run_cell(&cfg, w, t, device, &|| false, &mut Quiet);
+            check_fsbench_cell(&c, w);
+            cells.push(c);
+        }
+    }
+    no_leftovers();
+    let result = StudyResult {
+        study: &linux2002::STUDY,
+        config: cfg.clone(),
+        workloads,
+        targets,
+        cells,
+        interrupted: false,
+        wall_seconds: 0.0,
+    };
+    let env = env::Environment::capture_for(&linux2002::STUDY, &cfg.shm_dir);
+    assert!(env.emulation.iter().any(|e| e.contains("2.4.17")));
+    let w = report::write_all(&result, &env).unwrap();
+    for name in [
+        "fig1-filemark-small.svg",
+        "fig5-pgmeter-oltp.svg",
+        "fig11-aim7.svg",
+        "raw/aim7--nvmfs.json",
+    ] {
+        assert!(cfg.out_dir.join(name).is_file(), "{name} missing");
+    }
+    let svg = std::fs::read_to_string(cfg.out_dir.join("fig11-aim7.svg")).unwrap();
+    assert!(svg.contains("<circle"), "a line chart's markers");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cfg.out_dir.join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["schema"], "nvmfs-lab/study-linux-2002/v2");
+    assert_eq!(json["rows"].as_array().unwrap().len(), 10);
+    assert_eq!(json["baseline"], "ext2");
+    let checks = json["findings"].as_array().unwrap();
+    assert_eq!(checks.len(), linux2002::findings().len());
+    let trials = std::fs::read_to_string(cfg.out_dir.join("trials.csv")).unwrap();
+    assert_eq!(trials.lines().count(), 1 + 5 * 2 * 2);
+    let md = std::fs::read_to_string(cfg.out_dir.join("report.md")).unwrap();
+    for part in [
+        "## Scaling curves",
+        "### Fig. 1: filemark-small (transactions/s)",
+        "| tasks | nvmfs |",
+        "**Scaling on",
+    ] {
+        assert!(md.contains(part), "{part} missing from report.md");
+    }
+    // nvmfs is compared with the kernel target on every workload.
+    let best = w
+        .rows
+        .iter()
+        .filter(|r| r.target == "nvmfs")
+        .filter(|r| r.best_kernel.as_deref() == Some(kernel))
+        .count();
+    assert_eq!(best, 5);
+}
+
+#[test]
+fn linux2002_targets_are_the_papers_file_systems() {
+    let plan = &linux2002::TARGETS;
+    let all = targets::discover_for(plan, kernel::MIN_DEVICE_BYTES, &[]).unwrap();
+    let names: Vec<&str> = all.iter().map(|t| t.name.as_str()).collect();
+    for wanted in [
+        "nvmfs",
+        "fuse:nvmfs",
+        "ext2",
+        "ext3",
+        "ext3-writeback",
+        "xfs",
+        "ext4",
+        "reiserfs",
+        "jfs",
+    ] {
+        assert!(names.contains(&wanted), "{wanted} missing from {names:?}");
+    }
+    for not_in_paper in [
+        "ext3-journal",
+        "ext4-nodelalloc",
+        "btrfs",
+        "tmpfs",
+        "ext2-xip",
+    ] {
+        assert!(!names.contains(&not_in_paper), "{not_in_paper} listed");
+    }
+    let by = |n: &str| all.iter().find(|t| t.name == n).unwrap();
+    assert_eq!(by("nvmfs").paper_name, None);
+    assert_eq!(by("ext2").paper_name.as_deref(), Some("Ext2"));
+    assert_eq!(
+        by("ext3-writeback").paper_name.as_deref(),
+        Some("Ext3 writeback")
+    );
+    assert_eq!(by("ext4").paper_name, None);
+    // ReiserFS and JFS: unavailable with the reason when this kernel lacks them.
+    for (name, fs) in [("reiserfs", "reiserfs"), ("jfs", "jfs")] {
+        if !targets::kernel_lists(fs) {
+            let why = by(name).unavailable.as_deref().unwrap_or("");
+            assert!(
+                why.contains("/proc/filesystems") || why.contains("root"),
+                "{why}"
+            );
+        }
+    }
+    // A catalogue variant outside the plan runs when asked for by name.
+    let asked = targets::discover_for(plan, kernel::MIN_DEVICE_BYTES, &["btrfs".into()]).unwrap();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(
+        (asked[0].name.as_str(), asked[0].paper_name.as_deref()),
+        ("btrfs", None)
+    );
+    let e = targets::discover_for(plan, kernel::MIN_DEVICE_BYTES, &["zfs".into()]).unwrap_err();
+    assert!(e.to_string().contains("reiserfs"), "{e}");
+    // nvm-2015's plan is the whole catalogue, with seed 000's names.
+    let seed0 = targets::discover(kernel::MIN_DEVICE_BYTES, &[]).unwrap();
+    let nv = seed0.iter().find(|t| t.name == "nvmfs").unwrap();
+    assert_eq!(nv.paper_name.as_deref(), Some("pmfs"));
+    assert!(seed0.iter().any(|t| t.name == "ext3-journal"));
+    assert!(seed0.iter().any(|t| t.name == "ext2-xip"));
+    assert!(!seed0.iter().any(|t| t.name == "reiserfs"));
+}
+
+#[test]
+fn studies_are_found_by_name() {
+    assert_eq!(find("nvm-2015").map(|s| s.name), Some("nvm-2015"));
+    assert_eq!(find("linux-2002").map(|s| s.name), Some("linux-2002"));
+    assert!(find("nope").is_none());
+    let names: Vec<&str> = STUDIES.iter().map(|s| s.name).collect();
+    assert_eq!(names, ["nvm-2015", "linux-2002"]);
+}
 
 /// Writes a file through `visit` and reports whether the target could be remounted and
 /// whether the file survived it.

@@ -2,6 +2,7 @@
 //! parameters) and how big a run is.
 
 use super::database::{TpccWorkload, YcsbWorkload};
+use super::fsbench::{self, Aim7Workload, FilemarkWorkload, PgmeterWorkload};
 use crate::filebench::PersonalityConfig;
 use serde::Serialize;
 
@@ -56,6 +57,38 @@ pub enum WorkloadConfig {
     Ycsb(YcsbWorkload),
     /// TPC-C on SQLite (the paper: MySQL, Fig. 5).
     Tpcc(TpccWorkload),
+    /// filemark, seed 001's multithreaded Postmark.
+    Filemark(FilemarkWorkload),
+    /// A pgmeter (Iometer) test case.
+    Pgmeter(PgmeterWorkload),
+    /// An AIM7 sweep over task counts.
+    Aim7(Aim7Workload),
+}
+
+/// The load a workload runs at, when it is one point of a scaling curve.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Load {
+    /// What x counts, e.g. `threads`.
+    pub label: &'static str,
+    pub x: f64,
+}
+
+impl WorkloadConfig {
+    /// filemark's threads or pgmeter's outstanding I/Os per file: the x of the paper's
+    /// scaling figures. None for the others (an AIM7 cell measures its own curve).
+    pub fn load(&self) -> Option<Load> {
+        match self {
+            WorkloadConfig::Filemark(w) => Some(Load {
+                label: "threads",
+                x: f64::from(w.config.threads),
+            }),
+            WorkloadConfig::Pgmeter(w) => Some(Load {
+                label: "outstanding I/Os per file",
+                x: w.outstanding as f64,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// A Filebench personality as the paper's Table I sets it.
@@ -75,6 +108,12 @@ impl StudyWorkload {
             WorkloadConfig::Filebench(f) => Some(&f.personality),
             _ => None,
         }
+    }
+
+    /// Bytes the workload keeps on its file system at most, for sizing the kernel devices
+    /// (0 for Filebench, whose filesets size them, and the databases).
+    pub fn footprint_bytes(&self) -> u64 {
+        fsbench::footprint_bytes(&self.config)
     }
 
     /// [`StudyWorkload::personality`], mutable (tests and scaled runs adjust it).
