@@ -28,7 +28,7 @@ const THREADS: [usize; 4] = [1, 8, 64, 128];
         transaction phases of --transactions transactions (all threads together), each after \
         --warmup-transactions uncounted ones and followed by a remount of the file system \
         (nvmfs and the kernel variants; tmpfs and dir: targets cannot be). A phase's rate is \
-        the sum of the threads' rates; the first phase is discarded when there are several.\n\n\
+        all threads' transactions over the phase's wall time; the first phase is discarded when there are several.\n\n\
         One run per --threads count on each target, each on a fresh target (seed 001 remade \
         the file system rather than deleting the files; --delete deletes them at the end \
         too).\n\n\
