@@ -327,39 +327,22 @@ pub fn run(args: &Args) -> u8 {
 /// Writes the JSON file and picks the exit status.
 fn finish(args: &Args, cfg: &RunConfig, runs: &[TargetRun]) -> u8 {
     let interrupted = kernel::interrupted();
-    if let Some(path) = &args.json {
-        let report = Report {
-            schema: "nvmfs-lab/bench-filebench/v1",
-            config: cfg,
-            runs,
-            interrupted,
-        };
-        let json = serde_json::to_string_pretty(&report).expect("serialisable");
-        if let Err(e) = std::fs::write(path, json + "\n") {
-            eprintln!(
-                "nvmfs bench filebench: cannot write {}: {e}",
-                path.display()
-            );
-            return 1;
-        }
-        eprintln!("wrote {}", path.display());
-    }
-    if interrupted {
-        return 130;
-    }
-    let failed = runs
+    let report = Report {
+        schema: "nvmfs-lab/bench-filebench/v1",
+        config: cfg,
+        runs,
+        interrupted,
+    };
+    let outcomes = runs
         .iter()
-        .filter(|r| r.status.starts_with("failed"))
-        .count();
-    if failed > 0 {
-        eprintln!("nvmfs bench filebench: {failed} target(s) failed");
-        return 1;
-    }
-    if !runs.iter().any(|r| r.result.is_some()) {
-        eprintln!("nvmfs bench filebench: no target could run");
-        return 1;
-    }
-    0
+        .map(|r| (r.status.starts_with("failed"), r.result.is_some()));
+    crate::bench_targets::finish_report(
+        "filebench",
+        args.json.as_ref(),
+        &report,
+        interrupted,
+        outcomes,
+    )
 }
 
 /// The run's settings on stderr, so that a saved table says what it measured.

@@ -199,39 +199,16 @@ pub fn finish<C: Serialize, R: Serialize>(
     records: &[Record<R>],
 ) -> u8 {
     let interrupted = kernel::interrupted();
-    if let Some(path) = json {
-        let report = Report {
-            schema,
-            config,
-            records,
-            interrupted,
-        };
-        let text = serde_json::to_string_pretty(&report).expect("serialisable");
-        if let Err(e) = std::fs::write(path, text + "\n") {
-            eprintln!(
-                "nvmfs bench {command}: cannot write {}: {e}",
-                path.display()
-            );
-            return 1;
-        }
-        eprintln!("wrote {}", path.display());
-    }
-    if interrupted {
-        return 130;
-    }
-    let failed = records
+    let report = Report {
+        schema,
+        config,
+        records,
+        interrupted,
+    };
+    let runs = records
         .iter()
-        .filter(|r| r.status.starts_with("failed"))
-        .count();
-    if failed > 0 {
-        eprintln!("nvmfs bench {command}: {failed} run(s) failed");
-        return 1;
-    }
-    if !records.iter().any(|r| r.result.is_some()) {
-        eprintln!("nvmfs bench {command}: no target could run");
-        return 1;
-    }
-    0
+        .map(|r| (r.status.starts_with("failed"), r.result.is_some()));
+    crate::bench_targets::finish_report(command, json, &report, interrupted, runs)
 }
 
 /// Parses a list flag's values (`1,2,4` or repeated), each at least 1; `what` names the

@@ -92,6 +92,42 @@ pub fn resolve_targets(
         .collect()
 }
 
+/// Writes `report` as JSON to `json` when asked, then picks the exit status of a bench
+/// command from its runs' `(status, has a result)`: 130 when interrupted, 1 when the file
+/// cannot be written, a run failed or none could run, else 0.
+pub fn finish_report(
+    command: &str,
+    json: Option<&PathBuf>,
+    report: &impl serde::Serialize,
+    interrupted: bool,
+    runs: impl Iterator<Item = (bool, bool)> + Clone,
+) -> u8 {
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(report).expect("serialisable");
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!(
+                "nvmfs bench {command}: cannot write {}: {e}",
+                path.display()
+            );
+            return 1;
+        }
+        eprintln!("wrote {}", path.display());
+    }
+    if interrupted {
+        return 130;
+    }
+    let failed = runs.clone().filter(|(failed, _)| *failed).count();
+    if failed > 0 {
+        eprintln!("nvmfs bench {command}: {failed} run(s) failed");
+        return 1;
+    }
+    if !runs.into_iter().any(|(_, ran)| ran) {
+        eprintln!("nvmfs bench {command}: no target could run");
+        return 1;
+    }
+    0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
