@@ -52,6 +52,9 @@ enum Command {
     Crashtest(crashtest::Args),
     Run(run::Args),
     Study(study::Args),
+    /// One cell of a study in a child under `nvmfs run` (the study's run:nvmfs target)
+    #[command(hide = true)]
+    StudyCell(study::CellArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         Command::Crashtest(args) => crashtest::run_cmd(&args),
         Command::Run(args) => run::run(&args),
         Command::Study(args) => study::run(&args),
+        Command::StudyCell(args) => study::run_cell(&args),
     };
     ExitCode::from(code)
 }

@@ -31,7 +31,7 @@ pub const STUDY: StudyDef = StudyDef {
 
 /// The paper's file systems (Section 2) and ext4, its successor: Ext2, Ext3 in its two
 /// journaling modes the paper reports, XFS, and ReiserFS (notail) and JFS when this kernel
-/// has them; nvmfs was not in the paper.
+/// has them; nvmfs (in-process, through FUSE and under `nvmfs run`) was not in the paper.
 pub const TARGETS: TargetPlan = TargetPlan {
     nvmfs_paper_name: None,
     kernel: Some(&[
@@ -42,6 +42,7 @@ pub const TARGETS: TargetPlan = TargetPlan {
         ("ext4", None),
     ]),
     extra: extra_file_systems,
+    run: true,
 };
 
 /// ReiserFS and JFS: not in the lab's catalogue (seed 000 did not run them), run when this

@@ -29,7 +29,7 @@ pub struct Row {
     pub paper_name: Option<String>,
     pub status: String,
     /// What `ops_per_sec` counts: `ops/s`, or `tpmC` for TPC-C.
-    pub metric: &'static str,
+    pub metric: String,
     pub ops_per_sec: Option<Summary>,
     pub mb_per_sec_mean: Option<f64>,
     /// Mean over kept trials of process user+system CPU seconds per 1000 ops.
@@ -37,7 +37,8 @@ pub struct Row {
     /// This target's mean over the baseline's, and whether it is significant.
     pub vs_baseline: Option<f64>,
     pub vs_baseline_significant: Option<bool>,
-    /// nvmfs's rows: ratio to the best kernel variant on this workload.
+    /// nvmfs's rows (in-process, fuse:nvmfs, run:nvmfs): ratio to the best kernel variant on
+    /// this workload.
     pub vs_best_kernel: Option<f64>,
     pub best_kernel: Option<String>,
 }
@@ -103,7 +104,7 @@ pub fn rows(result: &StudyResult) -> Vec<Row> {
                 .and_then(Cell::ops_per_sec);
             let cmp = s.zip(b).map(|(s, b)| compare(&s, &b));
             let best = best_kernel(result, &c.workload);
-            let vs_best = (c.target == "nvmfs")
+            let vs_best = super::targets::is_nvmfs(&c.target)
                 .then(|| {
                     s.zip(best.as_ref().map(|b| b.1))
                         .map(|(s, b)| s.mean / b.mean)
@@ -114,7 +115,11 @@ pub fn rows(result: &StudyResult) -> Vec<Row> {
                 target: c.target.clone(),
                 paper_name: c.paper_name.clone(),
                 status: status_label(&c.status),
-                metric: c.result.as_ref().map_or("ops/s", |r| r.metric()),
+                metric: c
+                    .result
+                    .as_ref()
+                    .map_or("ops/s", |r| r.metric())
+                    .to_string(),
                 ops_per_sec: s,
                 mb_per_sec_mean: mb_per_sec(c),
                 cpu_ms_per_kop: kept_mean(c, |t| {
@@ -593,11 +598,26 @@ fn markdown(
     let _ = writeln!(s, "# {}: {}\n", result.study.name, result.study.title);
     s.push_str(&(result.study.intro)(result));
     let _ = writeln!(s, "## nvmfs against the best kernel variant\n");
+    // The other forms of nvmfs get a ratio column each when they ran.
+    let forms: Vec<&str> = [super::targets::RUN_NAME, super::targets::FUSE_NAME]
+        .into_iter()
+        .filter(|f| rows.iter().any(|r| r.target == *f))
+        .collect();
     let _ = writeln!(
         s,
-        "| workload | metric | nvmfs | best kernel | its rate | nvmfs / best |"
+        "| workload | metric | nvmfs | best kernel | its rate | nvmfs / best |{}",
+        forms
+            .iter()
+            .map(|f| format!(" {f} / best |"))
+            .collect::<String>()
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|{}", "---|".repeat(forms.len()));
+    let ratio = |target: &str, workload: &str| {
+        rows.iter()
+            .find(|r| r.workload == workload && r.target == target)
+            .and_then(|r| r.vs_best_kernel)
+            .map_or("-".into(), |v| format!("{v:.2}x"))
+    };
     for w in &result.workloads {
         let nv = rows
             .iter()
@@ -605,15 +625,18 @@ fn markdown(
         let best = best_kernel(result, &w.id);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |{}",
             w.id,
-            nv.map_or("ops/s", |r| r.metric),
+            nv.map_or("ops/s", |r| &r.metric),
             nv.and_then(|r| r.ops_per_sec)
                 .map_or("-".into(), |o| fmt_ci(&o)),
             best.as_ref().map_or("-", |b| b.0.as_str()),
             best.as_ref().map_or("-".into(), |b| fmt_ci(&b.1)),
-            nv.and_then(|r| r.vs_best_kernel)
-                .map_or("-".into(), |v| format!("{v:.2}x")),
+            ratio("nvmfs", &w.id),
+            forms
+                .iter()
+                .map(|f| format!(" {} |", ratio(f, &w.id)))
+                .collect::<String>(),
         );
     }
     curve_tables(&mut s, result);
