@@ -31,7 +31,7 @@ use nvmfs_lab::study::{self, env::Environment, Cell, CellStatus, Size, StudyConf
         against tasks (Fig. 11), on nvmfs, fuse:nvmfs, run:nvmfs (the benchmarks as unmodified \
         code sees nvmfs under `nvmfs run`) and the paper's file systems (ext2, ext3 \
         ordered and writeback, xfs, and reiserfs and jfs where the kernel has them, else reported \
-        unavailable) plus ext4. Its trials are filemark's transaction phases, pgmeter's tests and \
+        unavailable) plus ext4 and btrfs. Its trials are filemark's transaction phases, pgmeter's tests and \
         AIM7's whole sweeps; figures are line charts of absolute rates, ratios are to ext2.\n\n\
         Run rules: fresh mkfs per workload, remount before every trial, warm-up excluded, the \
         first trial discarded, mean and 95% Student-t interval of the rest. The results \
@@ -70,7 +70,7 @@ pub struct Args {
     /// ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs, (linux-2002) reiserfs, jfs, or dir:PATH (a
     /// fresh subdirectory of a mounted directory) [default: the study's targets that are
     /// available; nvm-2015: all but run:nvmfs, linux-2002: nvmfs, fuse:nvmfs, run:nvmfs, ext2,
-    /// ext3, ext3-writeback, xfs, ext4, reiserfs, jfs]
+    /// ext3, ext3-writeback, xfs, ext4, btrfs, reiserfs, jfs]
     #[arg(short, long = "target", value_name = "T")]
     targets: Vec<String>,
     /// Only these workloads (repeat). nvm-2015: fileserver, webproxy-d0.7, webproxy-d2.1,
