@@ -585,6 +585,26 @@ pub fn format_table(rows: &[Row], baseline: &str) -> String {
     s
 }
 
+/// What the other forms of nvmfs in the table are.
+fn forms_note(s: &mut String, forms: &[&str]) {
+    if forms.contains(&super::targets::RUN_NAME) {
+        s.push_str(
+            "\n`run:nvmfs` is the same benchmark code as on a kernel file system, system calls through \
+             the C library, answered by nvmfs in the benchmark's process under `nvmfs run` (the \
+             LD_PRELOAD library): what an unmodified program sees.",
+        );
+    }
+    if forms.contains(&super::targets::FUSE_NAME) {
+        s.push_str(
+            " `fuse:nvmfs` is the same image served through the kernel's FUSE: every call a round \
+             trip to a server thread.",
+        );
+    }
+    if !forms.is_empty() {
+        s.push('\n');
+    }
+}
+
 fn markdown(
     result: &StudyResult,
     env: &Environment,
@@ -639,6 +659,7 @@ fn markdown(
                 .collect::<String>(),
         );
     }
+    forms_note(&mut s, &forms);
     curve_tables(&mut s, result);
     database_latency_section(&mut s, result);
     let _ = writeln!(s, "\n## Findings of the paper, checked\n");
