@@ -304,7 +304,9 @@ pub fn kernel_unavailable(target: &str, device_bytes: u64) -> Option<String> {
     if let kernel::Availability::Unavailable { reason } = kernel::availability(v) {
         return Some(format!("{target}: unavailable: {reason}"));
     }
-    availability().err().map(|r| format!("{target}: block capture unavailable: {r}"))
+    availability()
+        .err()
+        .map(|r| format!("{target}: block capture unavailable: {r}"))
 }
 
 /// Makes `target` fresh on a loop device of `device_bytes` in `shm_dir`, records the
@@ -374,7 +376,10 @@ mod tests {
             Some(Parsed::Request(1_000_005, Op::Discard, 2048, 2048))
         );
         let l = "x-1 [000] ..... 1.000002: block_rq_issue: 7,3 RA 4096 () 8 + 8 none,0,0 [x]";
-        assert_eq!(parse_line(l), Some(Parsed::Request(1_000_002, Op::Read, 8, 8)));
+        assert_eq!(
+            parse_line(l),
+            Some(Parsed::Request(1_000_002, Op::Read, 8, 8))
+        );
         assert_eq!(parse_line("# tracer: nop"), None);
     }
 }

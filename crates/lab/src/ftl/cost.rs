@@ -75,7 +75,10 @@ mod tests {
             erases: 2,
             ..Counters::default()
         };
-        assert_eq!(CostModel::default().erase_cost_us(&c), 10.0 * 225.0 + 3000.0);
+        assert_eq!(
+            CostModel::default().erase_cost_us(&c),
+            10.0 * 225.0 + 3000.0
+        );
         let m = CostModel::parse("1, 2,3").unwrap();
         assert_eq!(m.erase_cost_us(&c), 36.0);
         assert!(CostModel::parse("1,2").unwrap_err().contains("expected"));

@@ -212,7 +212,10 @@ impl FastFtl {
 
 impl Ftl for FastFtl {
     fn write(&mut self, lpn: u64) {
-        assert!(lpn < self.geometry.logical_pages(), "logical page {lpn} out of range");
+        assert!(
+            lpn < self.geometry.logical_pages(),
+            "logical page {lpn} out of range"
+        );
         let ppb = self.geometry.pages_per_block;
         let lpn = lpn as u32;
         let (lbn, off) = (lpn / ppb, lpn % ppb);
@@ -257,7 +260,10 @@ impl Ftl for FastFtl {
     }
 
     fn trim(&mut self, lpn: u64) {
-        assert!(lpn < self.geometry.logical_pages(), "logical page {lpn} out of range");
+        assert!(
+            lpn < self.geometry.logical_pages(),
+            "logical page {lpn} out of range"
+        );
         self.flash.counters.host_page_trims += 1;
         self.drop_copy(lpn as u32);
     }
@@ -281,10 +287,12 @@ impl Ftl for FastFtl {
             assert!(self.flash.is_valid(p), "lpn {lpn}: page {p} is not valid");
             assert_eq!(self.flash.owner(p) as usize, lpn, "owner of page {p}");
             let (lbn, block) = (lpn as u32 / ppb, self.flash.block_of(p));
-            let logged =
-                self.rw.contains(&block) || self.sw.is_some_and(|sw| sw.block == block);
+            let logged = self.rw.contains(&block) || self.sw.is_some_and(|sw| sw.block == block);
             if !logged {
-                assert_eq!(block, self.data_block[lbn as usize], "lpn {lpn} outside its blocks");
+                assert_eq!(
+                    block, self.data_block[lbn as usize],
+                    "lpn {lpn} outside its blocks"
+                );
             }
             if logged && !self.rw.contains(&block) {
                 assert_eq!(p % ppb, lpn as u32 % ppb, "SW page {p} off its offset");

@@ -95,10 +95,7 @@ impl Flash {
     /// Erases `block`, which must hold no valid page.
     pub fn erase(&mut self, block: u32) {
         let b = block as usize;
-        assert_eq!(
-            self.valid[b], 0,
-            "block {block} erased with valid pages"
-        );
+        assert_eq!(self.valid[b], 0, "block {block} erased with valid pages");
         let first = b * self.pages_per_block as usize;
         let pages = first..first + self.pages_per_block as usize;
         self.state[pages.clone()].fill(PageState::Free);
@@ -152,7 +149,10 @@ impl Flash {
             let valid = chunk.iter().filter(|s| **s == PageState::Valid).count();
             let programmed = chunk.iter().filter(|s| **s != PageState::Free).count();
             assert_eq!(valid as u32, self.valid[b], "valid count of block {b}");
-            assert_eq!(programmed as u32, self.programmed[b], "programmed count of block {b}");
+            assert_eq!(
+                programmed as u32, self.programmed[b],
+                "programmed count of block {b}"
+            );
             on_flash += programmed as u64;
         }
         let c = &self.counters;

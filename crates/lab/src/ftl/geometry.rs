@@ -180,7 +180,9 @@ mod tests {
 
     #[test]
     fn bad_sizes_are_refused_with_a_reason() {
-        assert!(Geometry::from_size(1000, 0.1, 64).unwrap_err().contains("multiple"));
+        assert!(Geometry::from_size(1000, 0.1, 64)
+            .unwrap_err()
+            .contains("multiple"));
         assert!(Geometry::from_size(256 << 10, 0.1, 64)
             .unwrap_err()
             .contains("logical"));

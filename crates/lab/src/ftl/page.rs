@@ -79,7 +79,10 @@ impl PageFtl {
     /// Greedy garbage collection of one victim into the reserve block.
     fn collect(&mut self) {
         let ppb = self.geometry.pages_per_block;
-        let (valid, victim) = self.closed.pop_first().expect("closed blocks exist when full");
+        let (valid, victim) = self
+            .closed
+            .pop_first()
+            .expect("closed blocks exist when full");
         assert!(valid < ppb, "greedy victim {victim} has no invalid page");
         let dest = self.free.pop_front().expect("the reserve block");
         self.active = Some(dest);
@@ -117,7 +120,10 @@ impl PageFtl {
 
 impl Ftl for PageFtl {
     fn write(&mut self, lpn: u64) {
-        assert!(lpn < self.geometry.logical_pages(), "logical page {lpn} out of range");
+        assert!(
+            lpn < self.geometry.logical_pages(),
+            "logical page {lpn} out of range"
+        );
         let lpn = lpn as u32;
         self.flash.counters.host_page_writes += 1;
         // The old copy is dropped before collecting so that a victim never copies data the
@@ -129,7 +135,10 @@ impl Ftl for PageFtl {
     }
 
     fn trim(&mut self, lpn: u64) {
-        assert!(lpn < self.geometry.logical_pages(), "logical page {lpn} out of range");
+        assert!(
+            lpn < self.geometry.logical_pages(),
+            "logical page {lpn} out of range"
+        );
         self.flash.counters.host_page_trims += 1;
         self.drop_copy(lpn as u32);
     }
@@ -147,7 +156,10 @@ impl Ftl for PageFtl {
         let mut mapped = 0u64;
         for (lpn, &p) in self.l2p.iter().enumerate() {
             if p != NONE {
-                assert!(self.flash.is_valid(p), "lpn {lpn} maps to a page that is not valid");
+                assert!(
+                    self.flash.is_valid(p),
+                    "lpn {lpn} maps to a page that is not valid"
+                );
                 assert_eq!(self.flash.owner(p) as usize, lpn, "owner of page {p}");
                 mapped += 1;
             }
@@ -157,9 +169,16 @@ impl Ftl for PageFtl {
             .sum();
         assert_eq!(valid, mapped, "valid pages without a mapping");
         for &(v, b) in &self.closed {
-            assert_eq!(v, self.flash.valid_pages(b), "stale greedy key of block {b}");
+            assert_eq!(
+                v,
+                self.flash.valid_pages(b),
+                "stale greedy key of block {b}"
+            );
         }
         let in_use = self.closed.len() + self.free.len() + usize::from(self.active.is_some());
-        assert_eq!(in_use, self.geometry.physical_blocks as usize, "blocks lost");
+        assert_eq!(
+            in_use, self.geometry.physical_blocks as usize,
+            "blocks lost"
+        );
     }
 }

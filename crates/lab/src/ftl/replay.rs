@@ -7,7 +7,7 @@
 //! nothing on flash; they are counted in [`TraceStats`] only.
 
 use super::trace::{Header, Op, Record, TraceError, TraceReader};
-use super::{Counters, CostModel, Ftl, FtlKind, Geometry, SECTORS_PER_PAGE, SECTOR_BYTES};
+use super::{CostModel, Counters, Ftl, FtlKind, Geometry, SECTORS_PER_PAGE, SECTOR_BYTES};
 use serde::Serialize;
 use std::fs::File;
 use std::io::BufReader;
@@ -47,7 +47,8 @@ impl TraceStats {
                 self.write_requests += 1;
                 self.write_sectors += n;
                 let end = r.sector + n;
-                if !r.sector.is_multiple_of(SECTORS_PER_PAGE) || !end.is_multiple_of(SECTORS_PER_PAGE)
+                if !r.sector.is_multiple_of(SECTORS_PER_PAGE)
+                    || !end.is_multiple_of(SECTORS_PER_PAGE)
                 {
                     self.unaligned_writes += 1;
                 }

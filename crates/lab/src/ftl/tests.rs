@@ -5,7 +5,7 @@ use super::fast::FastFtl;
 use super::page::PageFtl;
 use super::replay::{self, replay};
 use super::trace::{self, Header, Op, Record, TraceReader};
-use super::{capture, Counters, CostModel, Ftl, FtlKind, Geometry};
+use super::{capture, CostModel, Counters, Ftl, FtlKind, Geometry};
 
 fn geometry(pages_per_block: u32, physical: u32, logical: u32) -> Geometry {
     Geometry::new(pages_per_block, physical, logical).unwrap()
@@ -50,7 +50,13 @@ fn page_greedy_gc_matches_a_hand_computed_case() {
     write_all(&mut ftl, [6, 7, 0]);
     let c = ftl.counters();
     assert_eq!(
-        (c.host_page_writes, c.page_copies, c.page_programs, c.erases, c.gc_victims),
+        (
+            c.host_page_writes,
+            c.page_copies,
+            c.page_programs,
+            c.erases,
+            c.gc_victims
+        ),
         (16, 1, 17, 2, 2)
     );
     assert_eq!(c.write_amplification(), 17.0 / 16.0);
@@ -96,15 +102,24 @@ fn fast_sequential_fill_writes_in_place_and_rewrite_switches() {
     let mut ftl = FastFtl::new(geometry(4, 11, 8)).unwrap();
     assert_eq!(ftl.rw_blocks_max(), 1);
     write_all(&mut ftl, 0..32);
-    assert_eq!(ftl.counters(), Counters {
-        host_page_writes: 32,
-        page_programs: 32,
-        ..Counters::default()
-    });
+    assert_eq!(
+        ftl.counters(),
+        Counters {
+            host_page_writes: 32,
+            page_programs: 32,
+            ..Counters::default()
+        }
+    );
     write_all(&mut ftl, 0..32);
     let c = ftl.counters();
     assert_eq!(
-        (c.switch_merges, c.partial_merges, c.full_merges, c.page_copies, c.erases),
+        (
+            c.switch_merges,
+            c.partial_merges,
+            c.full_merges,
+            c.page_copies,
+            c.erases
+        ),
         (8, 0, 0, 0, 8)
     );
 }
@@ -128,7 +143,13 @@ fn fast_partial_merges() {
     write_all(&mut ftl, [0, 1, 4]);
     let c = ftl.counters();
     assert_eq!(
-        (c.partial_merges, c.switch_merges, c.full_merges, c.page_copies, c.erases),
+        (
+            c.partial_merges,
+            c.switch_merges,
+            c.full_merges,
+            c.page_copies,
+            c.erases
+        ),
         (1, 0, 0, 2, 1)
     );
     // A non-sequential update of the SW block's own logical block does the same, and the
@@ -154,7 +175,13 @@ fn fast_full_merges_on_random_updates() {
     write_all(&mut ftl, [3]);
     let c = ftl.counters();
     assert_eq!(
-        (c.full_merges, c.partial_merges, c.switch_merges, c.page_copies, c.erases),
+        (
+            c.full_merges,
+            c.partial_merges,
+            c.switch_merges,
+            c.page_copies,
+            c.erases
+        ),
         (2, 0, 0, 8, 3)
     );
     assert_eq!(c.host_page_writes, 13);
@@ -174,7 +201,10 @@ fn fast_random_writes_cost_more_than_page_mapping() {
     let (f, p) = (fast.counters(), page.counters());
     assert!(f.full_merges > 0);
     let cost = CostModel::default();
-    assert!(cost.erase_cost_us(&f) > cost.erase_cost_us(&p), "{f:?} vs {p:?}");
+    assert!(
+        cost.erase_cost_us(&f) > cost.erase_cost_us(&p),
+        "{f:?} vs {p:?}"
+    );
 }
 
 #[test]
@@ -194,7 +224,10 @@ fn replay_maps_sectors_to_pages() {
     assert_eq!((c.host_page_writes, c.host_page_trims), (3, 1));
     assert_eq!(stats.write_sectors, 16);
     assert_eq!(stats.unaligned_writes, 1);
-    assert_eq!((stats.read_sectors, stats.discard_sectors, stats.flushes), (64, 12, 1));
+    assert_eq!(
+        (stats.read_sectors, stats.discard_sectors, stats.flushes),
+        (64, 12, 1)
+    );
     assert_eq!(stats.sector_end, 64);
 
     // 16 logical pages = 128 sectors; a write past them names its line.
@@ -262,8 +295,14 @@ fn capture_of_ext4_on_a_loop_device() {
         .filter(|r| r.op == Op::Write)
         .map(|r| u64::from(r.sectors))
         .sum();
-    assert!(written * 512 >= file_bytes, "only {written} sectors written");
-    assert!(got.records.iter().all(|r| (r.sector + u64::from(r.sectors)) * 512 <= size));
+    assert!(
+        written * 512 >= file_bytes,
+        "only {written} sectors written"
+    );
+    assert!(got
+        .records
+        .iter()
+        .all(|r| (r.sector + u64::from(r.sectors)) * 512 <= size));
     assert_eq!(got.header.device_bytes, Some(size));
 
     let dir = tempfile::tempdir().unwrap();

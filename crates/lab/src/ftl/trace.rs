@@ -291,7 +291,10 @@ pub fn write_file(path: &std::path::Path, header: &Header, records: &[Record]) -
     for r in records {
         w.write(r)?;
     }
-    w.finish()?.into_inner().map_err(|e| e.into_error())?.sync_all()
+    w.finish()?
+        .into_inner()
+        .map_err(|e| e.into_error())?
+        .sync_all()
 }
 
 #[cfg(test)]
@@ -300,10 +303,30 @@ mod tests {
 
     fn records() -> Vec<Record> {
         vec![
-            Record { time_ns: 0, op: Op::Write, sector: 2048, sectors: 8 },
-            Record { time_ns: 11_034, op: Op::Read, sector: 0, sectors: 256 },
-            Record { time_ns: 52_000, op: Op::Discard, sector: 4096, sectors: 2048 },
-            Record { time_ns: 60_211, op: Op::Flush, sector: 0, sectors: 0 },
+            Record {
+                time_ns: 0,
+                op: Op::Write,
+                sector: 2048,
+                sectors: 8,
+            },
+            Record {
+                time_ns: 11_034,
+                op: Op::Read,
+                sector: 0,
+                sectors: 256,
+            },
+            Record {
+                time_ns: 52_000,
+                op: Op::Discard,
+                sector: 4096,
+                sectors: 2048,
+            },
+            Record {
+                time_ns: 60_211,
+                op: Op::Flush,
+                sector: 0,
+                sectors: 0,
+            },
         ]
     }
 
@@ -338,7 +361,10 @@ mod tests {
             .find_map(Result::err)
             .unwrap();
         assert_eq!(err.line, 5);
-        assert!(err.to_string().starts_with("line 5: bad operation \"X\""), "{err}");
+        assert!(
+            err.to_string().starts_with("line 5: bad operation \"X\""),
+            "{err}"
+        );
 
         let bad = |body: &str| {
             let text = format!("{MAGIC}\n{body}\n");
