@@ -85,7 +85,7 @@ pub struct Captured {
 pub struct BlockCapture {
     instance: PathBuf,
     stop: Arc<AtomicBool>,
-    reader: Option<JoinHandle<io::Result<(Vec<Record>, u64)>>>,
+    reader: Option<JoinHandle<io::Result<Captured>>>,
 }
 
 impl BlockCapture {
@@ -136,7 +136,7 @@ impl BlockCapture {
         self.set(&format!("{EVENT}/enable"), "0")?;
         self.stop.store(true, Ordering::Release);
         let reader = self.reader.take().expect("started");
-        let (records, skipped_lines) = reader
+        let captured = reader
             .join()
             .map_err(|_| io::Error::other("the trace reader panicked"))??;
         let lost = self.lost_events();
@@ -146,10 +146,7 @@ impl BlockCapture {
                  incomplete"
             )));
         }
-        Ok(Captured {
-            records,
-            skipped_lines,
-        })
+        Ok(captured)
     }
 
     /// Overruns and dropped events over every CPU's buffer.
@@ -190,7 +187,7 @@ impl Drop for BlockCapture {
 }
 
 /// Reads `trace_pipe` until told to stop and the pipe is empty.
-fn read_pipe(mut pipe: fs::File, stop: &AtomicBool) -> io::Result<(Vec<Record>, u64)> {
+fn read_pipe(mut pipe: fs::File, stop: &AtomicBool) -> io::Result<Captured> {
     let mut records = Vec::new();
     let mut skipped = 0u64;
     let mut pending = Vec::new();
@@ -221,7 +218,10 @@ fn read_pipe(mut pipe: fs::File, stop: &AtomicBool) -> io::Result<(Vec<Record>, 
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 // Empty now: done if asked to stop (events are off by then), else wait.
                 if stop.load(Ordering::Acquire) {
-                    return Ok((records, skipped));
+                    return Ok(Captured {
+                        records,
+                        skipped_lines: skipped,
+                    });
                 }
                 thread::sleep(Duration::from_millis(5));
             }
@@ -335,6 +335,14 @@ pub fn capture_kernel(
     fs.remount()?;
     let captured = capture.stop()?;
     fs.teardown()?;
+    if captured.skipped_lines > 0 {
+        // Lines of another shape ("[LOST n EVENTS]", a changed event format) mean the trace
+        // may be short: better no trace than a wrong one.
+        return Err(io::Error::other(format!(
+            "{} trace_pipe lines were not block_rq_issue requests: the trace may be incomplete",
+            captured.skipped_lines
+        )));
+    }
     let header = Header {
         device_bytes: Some(device_bytes),
         source: Some(format!(

@@ -174,7 +174,7 @@ mod tests {
         // 512 MiB = 2048 blocks; 2276 * 0.9 = 2048.4 but 2275 * 0.9 = 2047.5.
         assert_eq!(g.logical_blocks, 2048);
         assert_eq!(g.physical_blocks, 2276);
-        let g = Geometry::covering(10 * 256 << 10, 0.5, 64).unwrap();
+        let g = Geometry::covering(10 * (256 << 10), 0.5, 64).unwrap();
         assert_eq!((g.physical_blocks, g.logical_blocks), (20, 10));
     }
 
