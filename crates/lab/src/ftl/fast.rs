@@ -11,12 +11,23 @@
 //!   is merged first, then a fresh one is given to this logical block.
 //! * An update of the next offset of the SW block's logical block is appended to it. When
 //!   the SW block is full, it is switched at once.
-//! * Any other update of the SW block's logical block breaks its sequence: the SW block is
-//!   merged first and the page goes to the RW log.
+//! * Any other update of the SW block's logical block breaks its sequence and ends it with
+//!   a merge that takes the new page on the way: past the next offset (a gap), a partial
+//!   merge that writes the new page at its offset instead of copying the old one; at or
+//!   before it (a rewrite), a full merge that does the same.
 //! * Every other update is appended to the *random (RW) log blocks*, shared by all
 //!   logical blocks. When the last RW block is full and the pool is at its size, the
 //!   oldest RW block is the victim (FAST's round-robin choice): every logical block with a
-//!   valid page in it is fully merged, then it is erased and becomes the new last RW block.
+//!   valid page in it is merged (the SW block's own logical block by merging the SW block,
+//!   the others fully), then it is erased and becomes the new last RW block.
+//!
+//! The two rules on the SW block's logical block follow the FAST implementation of the
+//! Penn State FlashSim (Kim and Gupta, with DFTL, 2009), the simulator whose pair of schemes,
+//! FAST and a page-level FTL, is the pair seed 004 ran; the paper leaves those cases open.
+//! We differ from it in two places, both on purpose: a full SW block is switched when it
+//! fills, not when the next offset-0 update arrives (so a rewrite of that block right after
+//! does not cost a full merge), and a full merge takes each page's current copy wherever
+//! it is, RW blocks included.
 //!
 //! Merges:
 //!
@@ -123,19 +134,21 @@ impl FastFtl {
         self.loc[lpn as usize] = to;
     }
 
-    /// Merges the SW log block (switch, partial or full); afterwards there is none.
-    fn merge_sw(&mut self) {
+    /// Merges the SW log block (switch, partial or full); afterwards there is none. With
+    /// `host`, that logical page (of the SW block's logical block, past its next offset) is
+    /// written by the host into its place during the merge instead of being copied.
+    fn merge_sw(&mut self, host: Option<u32>) {
         let Some(sw) = self.sw else { return };
         let ppb = self.geometry.pages_per_block;
         let in_order = (0..sw.next).all(|i| self.flash.is_valid(self.flash.ppn(sw.block, i)));
         if !in_order {
-            self.full_merge(sw.lbn);
+            self.full_merge(sw.lbn, host);
             debug_assert!(self.sw.is_none());
             return;
         }
         self.sw = None;
         for off in sw.next..ppb {
-            self.copy_to(sw.lbn * ppb + off, self.flash.ppn(sw.block, off));
+            self.fill(sw.lbn * ppb + off, self.flash.ppn(sw.block, off), host);
         }
         let old = self.data_block[sw.lbn as usize];
         self.flash.erase(old);
@@ -148,12 +161,23 @@ impl FastFtl {
         }
     }
 
-    /// Rebuilds logical block `lbn` in a free block from the current copies of its pages.
-    fn full_merge(&mut self, lbn: u32) {
+    /// Page `to` of a block being merged receives `lpn`: the host's new data when it is
+    /// `host`, else a copy of its current version (if it has one).
+    fn fill(&mut self, lpn: u32, to: u32, host: Option<u32>) {
+        if host == Some(lpn) {
+            self.put(lpn, to);
+        } else {
+            self.copy_to(lpn, to);
+        }
+    }
+
+    /// Rebuilds logical block `lbn` in a free block from the current copies of its pages
+    /// (and the host's new `host` page, if given).
+    fn full_merge(&mut self, lbn: u32, host: Option<u32>) {
         let ppb = self.geometry.pages_per_block;
         let dest = self.take_free();
         for off in 0..ppb {
-            self.copy_to(lbn * ppb + off, self.flash.ppn(dest, off));
+            self.fill(lbn * ppb + off, self.flash.ppn(dest, off), host);
         }
         let old = self.data_block[lbn as usize];
         self.flash.erase(old);
@@ -204,7 +228,11 @@ impl FastFtl {
             }
         }
         for lbn in lbns {
-            self.full_merge(lbn);
+            if self.sw.is_some_and(|sw| sw.lbn == lbn) {
+                self.merge_sw(None);
+            } else {
+                self.full_merge(lbn, None);
+            }
         }
         self.flash.erase(victim);
     }
@@ -231,27 +259,26 @@ impl Ftl for FastFtl {
             self.put(lpn, home);
             return;
         }
-        let sw_here = self.sw.filter(|sw| sw.lbn == lbn);
         if off == 0 {
-            self.merge_sw();
+            self.merge_sw(None);
             let block = self.take_free();
             self.sw = Some(SwLog {
                 block,
                 lbn,
                 next: 0,
             });
-        } else if sw_here.is_some_and(|sw| sw.next != off) {
-            self.merge_sw();
         }
         match self.sw {
-            Some(sw) if sw.lbn == lbn && sw.next == off => {
+            Some(sw) if sw.lbn == lbn && off == sw.next => {
                 self.put(lpn, self.flash.ppn(sw.block, off));
                 let next = off + 1;
                 self.sw = Some(SwLog { next, ..sw });
                 if next == ppb {
-                    self.merge_sw();
+                    self.merge_sw(None);
                 }
             }
+            Some(sw) if sw.lbn == lbn && off > sw.next => self.merge_sw(Some(lpn)),
+            Some(sw) if sw.lbn == lbn => self.full_merge(lbn, Some(lpn)),
             _ => {
                 let to = self.rw_page();
                 self.put(lpn, to);

@@ -152,14 +152,49 @@ fn fast_partial_merges() {
         ),
         (1, 0, 0, 2, 1)
     );
-    // A non-sequential update of the SW block's own logical block does the same, and the
-    // page goes to the RW log.
+    // An update past the SW block's next offset (a gap) ends it with a partial merge that
+    // writes the new page in its place: only page 2 is copied.
     let mut ftl = FastFtl::new(geometry(4, 5, 2)).unwrap();
     write_all(&mut ftl, 0..4);
     write_all(&mut ftl, [0, 1, 3]);
     let c = ftl.counters();
-    assert_eq!((c.partial_merges, c.page_copies, c.erases), (1, 2, 1));
-    assert_eq!(c.page_programs, 4 + 3 + 2);
+    assert_eq!((c.partial_merges, c.page_copies, c.erases), (1, 1, 1));
+    assert_eq!(c.page_programs, 4 + 3 + 1);
+}
+
+#[test]
+fn fast_full_merge_on_a_rewrite_inside_the_sequential_block() {
+    // SW holds 0 1 2 of block 0; rewriting 1 rebuilds block 0 in a free block: 0 and 2
+    // from SW, 3 from the data block, 1 from the host; data block and SW erased.
+    let mut ftl = FastFtl::new(geometry(4, 5, 2)).unwrap();
+    write_all(&mut ftl, 0..4);
+    write_all(&mut ftl, [0, 1, 2, 1]);
+    let c = ftl.counters();
+    assert_eq!(
+        (c.full_merges, c.partial_merges, c.page_copies, c.erases),
+        (1, 0, 3, 2)
+    );
+    assert_eq!(c.page_programs, 4 + 4 + 3);
+}
+
+#[test]
+fn fast_victim_of_the_sequential_blocks_owner_is_merged_through_it() {
+    let mut ftl = FastFtl::new(geometry(4, 5, 2)).unwrap();
+    write_all(&mut ftl, 0..8);
+    // RW: 5 1 2; SW: 4 (block 1); RW: 3 (full).
+    write_all(&mut ftl, [5, 1, 2, 4, 3]);
+    assert_eq!(ftl.counters().erases, 0);
+    // 2 needs RW space. The victim holds 5 (block 1, the SW block's) and 1 2 3 (block 0):
+    // block 1 by a partial merge of its SW block (5 from the victim, 6 7 from the data
+    // block: 3 copies, 1 erase), block 0 by a full merge (4 copies, 1 erase), then the
+    // victim's erase.
+    write_all(&mut ftl, [2]);
+    let c = ftl.counters();
+    assert_eq!(
+        (c.partial_merges, c.full_merges, c.page_copies, c.erases),
+        (1, 1, 7, 3)
+    );
+    assert_eq!(c.host_page_writes, 14);
 }
 
 #[test]
