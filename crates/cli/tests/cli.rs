@@ -810,3 +810,72 @@ fn bench_postmark_filemark_pgmeter_aim7_bad_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("ext9"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn bench_ftl_replays_a_trace_on_both_ftls_and_names_bad_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("seq.trace");
+    // A 1 MiB device rewritten once in 256 KiB requests: FAST switches every block.
+    let mut body = String::from("# nvmfs-trace 1\n# device_bytes 1048576\n");
+    for pass in 0..2 {
+        for i in 0..4u64 {
+            body += &format!("{} W {} 512\n", pass * 10 + i, i * 512);
+        }
+    }
+    std::fs::write(&trace, &body).unwrap();
+    let json = dir.path().join("ftl.json");
+    let out = nvmfs(&[
+        "bench",
+        "ftl",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--op",
+        "0.5",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("4096 sectors in 8 requests"), "{stdout}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("JSON");
+    assert_eq!(v["schema"], "nvmfs-lab/bench-ftl/v1");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["ftl"], "fast");
+    assert_eq!(results[0]["counters"]["switch_merges"], 4);
+    assert_eq!(results[0]["counters"]["page_copies"], 0);
+    assert_eq!(results[1]["ftl"], "page");
+    assert_eq!(results[1]["counters"]["host_page_writes"], 512);
+
+    let bad = dir.path().join("bad.trace");
+    std::fs::write(&bad, "# nvmfs-trace 1\n0 W 0 8\n1 W zero 8\n").unwrap();
+    let out = nvmfs(&["bench", "ftl", "--trace", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("line 3: bad sector \"zero\""), "{err}");
+
+    let out = nvmfs(&[
+        "bench",
+        "ftl",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--ftl",
+        "bast",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = nvmfs(&[
+        "bench",
+        "ftl",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--size",
+        "512K",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("over-provisioned"),
+        "{}",
+        text(&out.stderr)
+    );
+}
