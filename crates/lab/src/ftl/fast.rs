@@ -303,6 +303,10 @@ impl Ftl for FastFtl {
         &self.geometry
     }
 
+    fn erase_count_max(&self) -> u32 {
+        self.flash.max_erase_count()
+    }
+
     fn check(&self) {
         self.flash.check();
         let ppb = self.geometry.pages_per_block;

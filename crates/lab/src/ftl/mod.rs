@@ -59,6 +59,8 @@ pub trait Ftl {
     fn counters(&self) -> Counters;
     /// The geometry this FTL was made for.
     fn geometry(&self) -> &Geometry;
+    /// The most erases any one block has had (wear).
+    fn erase_count_max(&self) -> u32;
     /// Checks the FTL's internal invariants (mapping against page states, valid counts),
     /// panicking on the first broken one. For tests; costs a pass over every page.
     fn check(&self);

@@ -151,6 +151,10 @@ impl Ftl for PageFtl {
         &self.geometry
     }
 
+    fn erase_count_max(&self) -> u32 {
+        self.flash.max_erase_count()
+    }
+
     fn check(&self) {
         self.flash.check();
         let mut mapped = 0u64;

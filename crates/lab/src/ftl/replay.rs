@@ -86,6 +86,8 @@ pub struct FtlReport {
     pub counters: Counters,
     /// Flash page programs per host page write.
     pub write_amplification: f64,
+    /// The most erases any one block had (wear; the FTLs do no wear levelling).
+    pub erase_count_max: u32,
     /// The weights of the erase cost.
     pub cost_model: CostModel,
     /// Copies and erases weighted by `cost_model`, in microseconds.
@@ -202,6 +204,7 @@ pub fn replay_file(
         trace,
         counters,
         write_amplification: counters.write_amplification(),
+        erase_count_max: ftl.erase_count_max(),
         cost_model,
         erase_cost_us: cost_model.erase_cost_us(&counters),
     })
