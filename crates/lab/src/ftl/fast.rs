@@ -253,9 +253,10 @@ impl Ftl for FastFtl {
         }
         let home = self.flash.ppn(self.data_block[lbn as usize], off);
         if self.flash.is_free(home) {
-            // A free page in the data block has never held this page since the block was
-            // built, so no other copy exists.
-            debug_assert_eq!(self.loc[lpn as usize], NONE);
+            // A free page in the data block has not held this page since the block was
+            // built. Usually no other copy exists; but a trimmed page's block may have been
+            // merged (leaving its place free) just before the host's rewrite of it went to
+            // the RW log, and `put` invalidates that copy.
             self.put(lpn, home);
             return;
         }
@@ -301,6 +302,10 @@ impl Ftl for FastFtl {
 
     fn geometry(&self) -> &Geometry {
         &self.geometry
+    }
+
+    fn holds(&self, lpn: u64) -> bool {
+        self.loc[lpn as usize] != NONE
     }
 
     fn erase_count_max(&self) -> u32 {

@@ -59,6 +59,8 @@ pub trait Ftl {
     fn counters(&self) -> Counters;
     /// The geometry this FTL was made for.
     fn geometry(&self) -> &Geometry;
+    /// Whether logical page `lpn` holds data (written and not trimmed since).
+    fn holds(&self, lpn: u64) -> bool;
     /// The most erases any one block has had (wear).
     fn erase_count_max(&self) -> u32;
     /// Checks the FTL's internal invariants (mapping against page states, valid counts),

@@ -151,6 +151,10 @@ impl Ftl for PageFtl {
         &self.geometry
     }
 
+    fn holds(&self, lpn: u64) -> bool {
+        self.l2p[lpn as usize] != NONE
+    }
+
     fn erase_count_max(&self) -> u32 {
         self.flash.max_erase_count()
     }
