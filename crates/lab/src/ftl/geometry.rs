@@ -15,6 +15,8 @@ pub const SEED_NAND_BYTES: u64 = 24 << 30;
 pub const SEED_PAGES_PER_BLOCK: u32 = 64;
 /// Seed 004's over-provisioned share.
 pub const SEED_OP: f64 = 0.10;
+/// Spare blocks both FTLs can run with (FAST: its SW block, one RW block, a merge block).
+pub const MIN_SPARE_BLOCKS: u64 = 3;
 
 /// NAND geometry: pages of [`PAGE_BYTES`], `pages_per_block` to an erase block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -85,7 +87,8 @@ impl Geometry {
     }
 
     /// The smallest NAND with the share `op` over-provisioned whose logical space holds
-    /// `logical_bytes`: what a trace of a `logical_bytes` device replays on by default.
+    /// `logical_bytes` and which keeps at least [`MIN_SPARE_BLOCKS`] from the host: what a
+    /// trace of a `logical_bytes` device replays on by default.
     pub fn covering(logical_bytes: u64, op: f64, pages_per_block: u32) -> Result<Geometry, String> {
         check_op(op)?;
         let block_bytes = u64::from(pages_per_block) * PAGE_BYTES;
@@ -95,7 +98,11 @@ impl Geometry {
         while physical > needed + 1 && u64::from(logical_of_u64(physical - 1, op)) >= needed {
             physical -= 1;
         }
-        while u64::from(logical_of_u64(physical, op)) < needed {
+        // Then up to the logical size, and to the spare blocks FAST needs (a small NAND's
+        // share can round down to less).
+        while u64::from(logical_of_u64(physical, op)) < needed
+            || physical - u64::from(logical_of_u64(physical, op)) < MIN_SPARE_BLOCKS
+        {
             physical += 1;
         }
         let physical = u32::try_from(physical)
@@ -176,6 +183,10 @@ mod tests {
         assert_eq!(g.physical_blocks, 2276);
         let g = Geometry::covering(10 * (256 << 10), 0.5, 64).unwrap();
         assert_eq!((g.physical_blocks, g.logical_blocks), (20, 10));
+        // A tiny device still gets the 3 spare blocks FAST needs: 21 * 0.9 = 18.9, while
+        // 20 blocks would keep only 2.
+        let g = Geometry::covering(4096, 0.10, 64).unwrap();
+        assert_eq!((g.physical_blocks, g.logical_blocks), (21, 18));
     }
 
     #[test]
