@@ -41,7 +41,7 @@ enum TraceCommand {
     after_help = "Exit status: 0 on success, 1 when the target is unavailable, the command fails \
         or the capture loses events, 2 on bad flags.\n\n\
         Examples:\n  \
-        nvmfs trace capture --target ext4 --out ext4.trace -- sh -c 'dd if=/dev/urandom of=f bs=4k count=25600'\n  \
+        nvmfs trace capture -t ext4 -o ext4.trace -- sh -c 'dd if=/dev/urandom of=f bs=4k count=25600'\n  \
         nvmfs trace capture -t btrfs --size 1G -o btrfs.trace -- nvmfs bench postmark -t dir:.\n  \
         nvmfs bench ftl --trace ext4.trace"
 )]

@@ -185,15 +185,40 @@ pub fn replay_file(
     cost_model: CostModel,
 ) -> Result<FtlReport, String> {
     let reader = open(path)?;
+    replay_on(reader, kind, geometry, cost_model).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Replays records held in memory (a capture's, or a tier's own write stream) on a fresh
+/// FTL of `kind` on `geometry`. Errors name the record's index from 1 as its line.
+pub fn replay_records(
+    records: &[Record],
+    kind: FtlKind,
+    geometry: Geometry,
+    cost_model: CostModel,
+) -> Result<FtlReport, String> {
+    let items = records.iter().enumerate().map(|(i, r)| Ok((i + 1, *r)));
+    replay_on(items, kind, geometry, cost_model).map_err(|e| match e.line {
+        0 => e.message,
+        n => format!("record {n}: {}", e.message),
+    })
+}
+
+fn replay_on(
+    records: impl Iterator<Item = Result<(usize, Record), TraceError>>,
+    kind: FtlKind,
+    geometry: Geometry,
+    cost_model: CostModel,
+) -> Result<FtlReport, TraceError> {
+    let build_error = |message: String| TraceError { line: 0, message };
     let (mut ftl, rw_log_blocks) = match kind {
-        FtlKind::Page => (kind.build(geometry)?, None),
+        FtlKind::Page => (kind.build(geometry).map_err(build_error)?, None),
         FtlKind::Fast => {
-            let f = super::fast::FastFtl::new(geometry)?;
+            let f = super::fast::FastFtl::new(geometry).map_err(build_error)?;
             let rw = f.rw_blocks_max() as u64;
             (Box::new(f) as Box<dyn Ftl>, Some(rw))
         }
     };
-    let trace = replay(reader, ftl.as_mut()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let trace = replay(records, ftl.as_mut())?;
     let counters = ftl.counters();
     Ok(FtlReport {
         ftl: kind,

@@ -349,7 +349,19 @@ fn replay_file_sizes_the_nand_from_the_header() {
         assert_eq!(r.counters.host_page_writes, 2048, "{kind}");
         assert_eq!(r.counters.page_copies, 0, "{kind}");
         assert_eq!(r.trace.write_sectors, 2 * 8192);
+        let m = replay::replay_records(&records, kind, g, CostModel::default()).unwrap();
+        assert_eq!((m.counters, m.trace), (r.counters, r.trace), "{kind}");
     }
+    // 1 MiB asked, 1.5 MiB given (6 logical blocks, to keep 3 spare): record 25 is the
+    // first write past it.
+    let small = Geometry::covering(1 << 20, 0.25, 64).unwrap();
+    assert_eq!(small.logical_bytes(), 3 << 19);
+    let err =
+        replay::replay_records(&records, FtlKind::Page, small, CostModel::default()).unwrap_err();
+    assert!(
+        err.starts_with("record 5: Write of sectors 2048..2176 lies beyond"),
+        "{err}"
+    );
 }
 
 #[test]
