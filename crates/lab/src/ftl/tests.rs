@@ -359,7 +359,7 @@ fn replay_file_sizes_the_nand_from_the_header() {
     let err =
         replay::replay_records(&records, FtlKind::Page, small, CostModel::default()).unwrap_err();
     assert!(
-        err.starts_with("record 5: Write of sectors 2048..2176 lies beyond"),
+        err.starts_with("record 25: Write of sectors 3072..3200 lies beyond"),
         "{err}"
     );
 }
