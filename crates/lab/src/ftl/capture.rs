@@ -26,7 +26,7 @@ use super::trace::{Header, Op, Record};
 use crate::kernel::{self, Provisioned};
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -91,9 +91,15 @@ pub struct BlockCapture {
 impl BlockCapture {
     /// Starts recording the requests issued to block device `device` (e.g. /dev/loop3).
     pub fn start(device: &Path) -> io::Result<BlockCapture> {
-        let rdev = fs::metadata(device)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", device.display())))?
-            .rdev();
+        let meta = fs::metadata(device)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", device.display())))?;
+        if !meta.file_type().is_block_device() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a block device", device.display()),
+            ));
+        }
+        let rdev = meta.rdev();
         let (major, minor) = (libc::major(rdev), libc::minor(rdev));
         let root = tracefs_root().map_err(io::Error::other)?;
         let name = format!(
@@ -363,6 +369,12 @@ pub fn capture_kernel(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_block_devices_are_captured() {
+        let err = BlockCapture::start(Path::new("/dev/null")).err().unwrap();
+        assert!(err.to_string().contains("not a block device"), "{err}");
+    }
 
     #[test]
     fn trace_pipe_lines_parse() {
