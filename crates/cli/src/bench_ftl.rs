@@ -52,6 +52,10 @@ pub struct Args {
     /// Pages (4 KiB) per erase block
     #[arg(long, value_name = "N", default_value_t = SEED_PAGES_PER_BLOCK)]
     pages_per_block: u32,
+    /// FAST's pool of random log blocks [default: every spare block but the SW block and the
+    /// merge block]
+    #[arg(long, value_name = "N")]
+    fast_rw_blocks: Option<u32>,
     /// NAND operation times in µs for the erase cost: READ,PROGRAM,ERASE
     #[arg(long, value_name = "R,P,E", value_parser = CostModel::parse)]
     cost_us: Option<CostModel>,
@@ -87,7 +91,11 @@ pub fn run(args: &Args) -> u8 {
             return 1;
         }
     };
-    let cost = args.cost_us.unwrap_or_default();
+    let setup = replay::Setup {
+        geometry,
+        cost_model: args.cost_us.unwrap_or_default(),
+        fast_rw_blocks: args.fast_rw_blocks,
+    };
     let kinds = if args.ftls.is_empty() {
         FtlKind::ALL.to_vec()
     } else {
@@ -107,7 +115,7 @@ pub fn run(args: &Args) -> u8 {
     let mut failed = false;
     for kind in kinds {
         eprintln!("replaying on {kind} ...");
-        match replay::replay_file(&args.trace, kind, geometry, cost) {
+        match replay::replay_file(&args.trace, kind, &setup) {
             Ok(r) => results.push(r),
             Err(e) => {
                 eprintln!("nvmfs bench ftl: {kind}: {e}");

@@ -77,13 +77,28 @@ pub struct FastFtl {
 
 impl FastFtl {
     /// An erased NAND of `geometry`, which must keep at least three blocks from the host
-    /// (the SW block, one RW block, the merge block).
+    /// (the SW block, one RW block, the merge block); every other spare block is RW pool.
     pub fn new(geometry: Geometry) -> Result<FastFtl, String> {
+        FastFtl::with_rw_blocks(geometry, None)
+    }
+
+    /// Like [`new`](FastFtl::new), with the RW pool limited to `rw_blocks` (1 ..= spare
+    /// blocks - 2) when given: FAST's own experiments used log areas of a few percent; the
+    /// spare blocks left over stay free.
+    pub fn with_rw_blocks(geometry: Geometry, rw_blocks: Option<u32>) -> Result<FastFtl, String> {
         let spare = geometry.spare_blocks();
         if spare < 3 {
             return Err(format!(
                 "FAST needs at least 3 over-provisioned blocks (a sequential log block, a \
                  random log block, a free block for merges); this geometry has {spare}"
+            ));
+        }
+        let rw_max = spare - 2;
+        let rw = rw_blocks.unwrap_or(rw_max);
+        if !(1..=rw_max).contains(&rw) {
+            return Err(format!(
+                "{rw} RW log blocks: this geometry has room for 1 to {rw_max} ({spare} spare \
+                 blocks less the SW block and the merge block)"
             ));
         }
         Ok(FastFtl {
@@ -94,7 +109,7 @@ impl FastFtl {
             free: (0..geometry.physical_blocks).collect(),
             sw: None,
             rw: VecDeque::new(),
-            rw_blocks_max: (spare - 2) as usize,
+            rw_blocks_max: rw as usize,
         })
     }
 

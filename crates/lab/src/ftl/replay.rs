@@ -177,15 +177,32 @@ pub fn default_geometry(
     Geometry::covering(bytes, op, pages_per_block)
 }
 
-/// Replays the trace file at `path` on a fresh FTL of `kind` on `geometry`.
-pub fn replay_file(
-    path: &Path,
-    kind: FtlKind,
-    geometry: Geometry,
-    cost_model: CostModel,
-) -> Result<FtlReport, String> {
+/// What a replay runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Setup {
+    /// The NAND.
+    pub geometry: Geometry,
+    /// The weights of the erase cost.
+    pub cost_model: CostModel,
+    /// FAST's RW log pool in blocks; `None`: every spare block but two.
+    pub fast_rw_blocks: Option<u32>,
+}
+
+impl Setup {
+    /// `geometry` with the default cost model and FAST's largest RW pool.
+    pub fn new(geometry: Geometry) -> Setup {
+        Setup {
+            geometry,
+            cost_model: CostModel::default(),
+            fast_rw_blocks: None,
+        }
+    }
+}
+
+/// Replays the trace file at `path` on a fresh FTL of `kind`.
+pub fn replay_file(path: &Path, kind: FtlKind, setup: &Setup) -> Result<FtlReport, String> {
     let reader = open(path)?;
-    replay_on(reader, kind, geometry, cost_model).map_err(|e| format!("{}: {e}", path.display()))
+    replay_on(reader, kind, setup).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Replays records held in memory (a capture's, or a tier's own write stream) on a fresh
@@ -193,11 +210,10 @@ pub fn replay_file(
 pub fn replay_records(
     records: &[Record],
     kind: FtlKind,
-    geometry: Geometry,
-    cost_model: CostModel,
+    setup: &Setup,
 ) -> Result<FtlReport, String> {
     let items = records.iter().enumerate().map(|(i, r)| Ok((i + 1, *r)));
-    replay_on(items, kind, geometry, cost_model).map_err(|e| match e.line {
+    replay_on(items, kind, setup).map_err(|e| match e.line {
         0 => e.message,
         n => format!("record {n}: {}", e.message),
     })
@@ -206,14 +222,15 @@ pub fn replay_records(
 fn replay_on(
     records: impl Iterator<Item = Result<(usize, Record), TraceError>>,
     kind: FtlKind,
-    geometry: Geometry,
-    cost_model: CostModel,
+    setup: &Setup,
 ) -> Result<FtlReport, TraceError> {
+    let (geometry, cost_model) = (setup.geometry, setup.cost_model);
     let build_error = |message: String| TraceError { line: 0, message };
     let (mut ftl, rw_log_blocks) = match kind {
         FtlKind::Page => (kind.build(geometry).map_err(build_error)?, None),
         FtlKind::Fast => {
-            let f = super::fast::FastFtl::new(geometry).map_err(build_error)?;
+            let f = super::fast::FastFtl::with_rw_blocks(geometry, setup.fast_rw_blocks)
+                .map_err(build_error)?;
             let rw = f.rw_blocks_max() as u64;
             (Box::new(f) as Box<dyn Ftl>, Some(rw))
         }

@@ -223,6 +223,24 @@ fn fast_full_merges_on_random_updates() {
 }
 
 #[test]
+fn fast_rw_pool_size_is_checked_and_a_small_pool_merges_more() {
+    let g = geometry(8, 40, 32);
+    assert_eq!(FastFtl::new(g).unwrap().rw_blocks_max(), 6);
+    assert!(FastFtl::with_rw_blocks(g, Some(0)).is_err());
+    let err = FastFtl::with_rw_blocks(g, Some(7)).err().unwrap();
+    assert!(err.contains("room for 1 to 6"), "{err}");
+    let mut rng = fastrand::Rng::with_seed(3);
+    let lpns: Vec<u64> = (0..g.logical_pages())
+        .chain((0..4 * g.logical_pages()).map(|_| rng.u64(0..g.logical_pages())))
+        .collect();
+    let mut big = FastFtl::new(g).unwrap();
+    let mut small = FastFtl::with_rw_blocks(g, Some(1)).unwrap();
+    write_all(&mut big, lpns.iter().copied());
+    write_all(&mut small, lpns.iter().copied());
+    assert!(small.counters().full_merges > big.counters().full_merges);
+}
+
+#[test]
 fn fast_random_writes_cost_more_than_page_mapping() {
     let g = geometry(8, 40, 32);
     let mut rng = fastrand::Rng::with_seed(7);
@@ -345,11 +363,11 @@ fn replay_file_sizes_the_nand_from_the_header() {
     // 16 logical blocks of 256 KiB need 22 blocks at 25% (21 * 0.75 = 15.75).
     assert_eq!((g.logical_blocks, g.physical_blocks), (16, 22));
     for kind in FtlKind::ALL {
-        let r = replay::replay_file(&path, kind, g, CostModel::default()).unwrap();
+        let r = replay::replay_file(&path, kind, &replay::Setup::new(g)).unwrap();
         assert_eq!(r.counters.host_page_writes, 2048, "{kind}");
         assert_eq!(r.counters.page_copies, 0, "{kind}");
         assert_eq!(r.trace.write_sectors, 2 * 8192);
-        let m = replay::replay_records(&records, kind, g, CostModel::default()).unwrap();
+        let m = replay::replay_records(&records, kind, &replay::Setup::new(g)).unwrap();
         assert_eq!((m.counters, m.trace), (r.counters, r.trace), "{kind}");
     }
     // 1 MiB asked, 1.5 MiB given (6 logical blocks, to keep 3 spare): record 25 is the
@@ -357,7 +375,7 @@ fn replay_file_sizes_the_nand_from_the_header() {
     let small = Geometry::covering(1 << 20, 0.25, 64).unwrap();
     assert_eq!(small.logical_bytes(), 3 << 19);
     let err =
-        replay::replay_records(&records, FtlKind::Page, small, CostModel::default()).unwrap_err();
+        replay::replay_records(&records, FtlKind::Page, &replay::Setup::new(small)).unwrap_err();
     assert!(
         err.starts_with("record 25: Write of sectors 3072..3200 lies beyond"),
         "{err}"
@@ -404,7 +422,7 @@ fn capture_of_ext4_on_a_loop_device() {
     trace::write_file(&path, &got.header, &got.records).unwrap();
     let (h, stats) = replay::summarize(&path).unwrap();
     let g = replay::default_geometry(&h, &stats, 0.10, 64).unwrap();
-    let r = replay::replay_file(&path, FtlKind::Fast, g, CostModel::default()).unwrap();
+    let r = replay::replay_file(&path, FtlKind::Fast, &replay::Setup::new(g)).unwrap();
     assert!(r.counters.host_page_writes >= file_bytes / 4096);
     println!(
         "ext4: {} records, {written} sectors written, FAST {:?}",
