@@ -202,7 +202,11 @@ impl Setup {
 /// Replays the trace file at `path` on a fresh FTL of `kind`.
 pub fn replay_file(path: &Path, kind: FtlKind, setup: &Setup) -> Result<FtlReport, String> {
     let reader = open(path)?;
-    replay_on(reader, kind, setup).map_err(|e| format!("{}: {e}", path.display()))
+    replay_on(reader, kind, setup).map_err(|e| match e.line {
+        // The FTL refused the setup: nothing to do with the file.
+        0 => e.message,
+        _ => format!("{}: {e}", path.display()),
+    })
 }
 
 /// Replays records held in memory (a capture's, or a tier's own write stream) on a fresh
