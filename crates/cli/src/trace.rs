@@ -5,14 +5,14 @@ use std::io;
 use std::path::PathBuf;
 use std::process::Command;
 
-use nvmfs_lab::ftl::{capture, trace};
+use nvmfs_lab::ftl::{blkparse, capture, trace};
 use nvmfs_lab::kernel;
 
 use crate::size::{format_size, parse_size};
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Record block traces of kernel file systems for the FTL simulator",
+    about = "Record or import block traces for the FTL simulator",
     subcommand_required = true,
     arg_required_else_help = true
 )]
@@ -24,6 +24,33 @@ pub struct Args {
 #[derive(clap::Subcommand, Debug)]
 enum TraceCommand {
     Capture(CaptureArgs),
+    Import(ImportArgs),
+}
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Convert blkparse's output (a blktrace capture) to the lab's trace format",
+    long_about = "Reads the text blkparse prints by default (`blkparse -i DEV`) and writes the \
+        issued requests (action D: what `nvmfs trace capture` records) in the lab's trace \
+        format, for `nvmfs bench ftl`. Other actions and blkparse's closing summary are \
+        skipped; a D line that does not parse is an error naming its line. With requests of \
+        several devices, --device picks one.",
+    after_help = "Examples:\n  blktrace -d /dev/sdb -o - | blkparse -i - > sdb.txt\n  \
+        nvmfs trace import --blkparse sdb.txt --device-bytes 64G --out sdb.trace"
+)]
+struct ImportArgs {
+    /// blkparse's output (`-` for stdin)
+    #[arg(long, value_name = "FILE")]
+    blkparse: PathBuf,
+    /// The device as blkparse names it, e.g. 8,16 [default: the only one in the file]
+    #[arg(long, value_name = "MAJ,MIN")]
+    device: Option<String>,
+    /// Size of the traced device, recorded in the trace (what `bench ftl` sizes its NAND by)
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    device_bytes: Option<u64>,
+    /// Where to write the trace
+    #[arg(short, long, value_name = "FILE")]
+    out: PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
@@ -66,7 +93,46 @@ struct CaptureArgs {
 pub fn run(args: &Args) -> u8 {
     match &args.command {
         TraceCommand::Capture(c) => run_capture(c),
+        TraceCommand::Import(i) => run_import(i),
     }
+}
+
+fn run_import(args: &ImportArgs) -> u8 {
+    let name = args.blkparse.display().to_string();
+    let records = if name == "-" {
+        blkparse::import(io::stdin().lock(), args.device.as_deref())
+    } else {
+        match std::fs::File::open(&args.blkparse) {
+            Ok(f) => blkparse::import(io::BufReader::new(f), args.device.as_deref()),
+            Err(e) => {
+                eprintln!("nvmfs trace import: {name}: {e}");
+                return 1;
+            }
+        }
+    };
+    let records = match records {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("nvmfs trace import: {name}: {e}");
+            return 1;
+        }
+    };
+    let header = trace::Header {
+        device_bytes: args.device_bytes,
+        source: Some(format!(
+            "blkparse {name}{}, action D",
+            args.device
+                .as_deref()
+                .map(|d| format!(" device {d}"))
+                .unwrap_or_default()
+        )),
+    };
+    if let Err(e) = trace::write_file(&args.out, &header, &records) {
+        eprintln!("nvmfs trace import: {}: {e}", args.out.display());
+        return 1;
+    }
+    eprintln!("wrote {}: {} requests", args.out.display(), records.len());
+    0
 }
 
 fn run_capture(args: &CaptureArgs) -> u8 {

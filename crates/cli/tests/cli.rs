@@ -879,3 +879,51 @@ fn bench_ftl_replays_a_trace_on_both_ftls_and_names_bad_lines() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn trace_import_converts_blkparse_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("bp.txt");
+    std::fs::write(
+        &input,
+        "  7,0  3  1  0.000000000  697  Q   W 0 + 64 [dd]\n\
+         \x20 7,0  3  4  0.000005021  697  D   W 0 + 64 [dd]\n\
+         \x20 7,0  1  7  1.5  811  D  WS 64 + 8 [dd]\n\
+         Total (7,0):\n",
+    )
+    .unwrap();
+    let out_trace = dir.path().join("bp.trace");
+    let out = nvmfs(&[
+        "trace",
+        "import",
+        "--blkparse",
+        input.to_str().unwrap(),
+        "--device-bytes",
+        "1M",
+        "-o",
+        out_trace.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let trace = std::fs::read_to_string(&out_trace).unwrap();
+    assert!(
+        trace.starts_with("# nvmfs-trace 1\n# device_bytes 1048576\n"),
+        "{trace}"
+    );
+    assert!(trace.ends_with("0 W 0 64\n1499994979 W 64 8\n"), "{trace}");
+
+    std::fs::write(&input, "  7,0  3  4  0.5  697  D   W 0 + x [dd]\n").unwrap();
+    let out = nvmfs(&[
+        "trace",
+        "import",
+        "--blkparse",
+        input.to_str().unwrap(),
+        "-o",
+        out_trace.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("line 1: bad request"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -257,19 +257,27 @@ fn parse_line(line: &str) -> Option<Parsed> {
     let plus = fields.iter().position(|f| *f == "+")?;
     let sector = fields.get(plus.checked_sub(1)?)?.parse::<u64>().ok()?;
     let sectors = fields.get(plus + 1)?.parse::<u32>().ok()?;
-    let op = if rwbs.starts_with('D') {
-        Op::Discard
-    } else if rwbs.contains('W') && sectors > 0 {
-        Op::Write
-    } else if rwbs.starts_with('R') {
-        Op::Read
-    } else if rwbs.contains('F') {
-        Op::Flush
-    } else {
+    let Some(op) = op_of(rwbs, sectors) else {
         return Some(Parsed::Ignored);
     };
     let sector = if op == Op::Flush { 0 } else { sector };
     Some(Parsed::Request(time_us, op, sector, sectors))
+}
+
+/// The trace operation of a request from its rwbs flags (`WS`, `FWS`, `RA`, `DS`, `N`, ...)
+/// and sector count; `None` for kinds traces do not hold.
+pub(crate) fn op_of(rwbs: &str, sectors: u32) -> Option<Op> {
+    if rwbs.starts_with('D') {
+        Some(Op::Discard)
+    } else if rwbs.contains('W') && sectors > 0 {
+        Some(Op::Write)
+    } else if rwbs.starts_with('R') {
+        Some(Op::Read)
+    } else if rwbs.contains('F') {
+        Some(Op::Flush)
+    } else {
+        None
+    }
 }
 
 /// A captured trace of one workload on a kernel file system.

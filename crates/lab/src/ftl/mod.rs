@@ -20,9 +20,11 @@
 //! * [`cost`]: the erase cost, copies and erases weighted by NAND timings.
 //! * [`trace`]: the lab's block trace format (text), its reader and writer.
 //! * [`replay`]: feeds a trace to an FTL and returns the counters.
+//! * [`blkparse`]: imports blkparse's text output (blktrace captures made elsewhere).
 //! * [`capture`]: records the block requests a kernel file system on one of the lab's loop
 //!   devices issues, as a trace.
 
+pub mod blkparse;
 pub mod capture;
 pub mod cost;
 pub mod fast;
