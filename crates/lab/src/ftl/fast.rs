@@ -22,8 +22,9 @@
 //!   the others fully), then it is erased and becomes the new last RW block.
 //!
 //! The two rules on the SW block's logical block follow the FAST implementation of the
-//! Penn State FlashSim (Kim and Gupta, with DFTL, 2009), the simulator whose pair of schemes,
-//! FAST and a page-level FTL, is the pair seed 004 ran; the paper leaves those cases open.
+//! Penn State FlashSim (Kim and Gupta, with DFTL, 2009), whose pair of schemes, FAST and a
+//! page-level FTL, is the pair seed 004 ran (the seed does not name its simulator); the FAST
+//! paper leaves those cases open.
 //! We differ from it in two places, both on purpose: a full SW block is switched when it
 //! fills, not when the next offset-0 update arrives (so a rewrite of that block right after
 //! does not cost a full merge), and a full merge takes each page's current copy wherever
@@ -83,8 +84,8 @@ impl FastFtl {
     }
 
     /// Like [`new`](FastFtl::new), with the RW pool limited to `rw_blocks` (1 ..= spare
-    /// blocks - 2) when given: FAST's own experiments used log areas of a few percent; the
-    /// spare blocks left over stay free.
+    /// blocks - 2) when given, to model a smaller log area; the spare blocks left over stay
+    /// free.
     pub fn with_rw_blocks(geometry: Geometry, rw_blocks: Option<u32>) -> Result<FastFtl, String> {
         let spare = geometry.spare_blocks();
         if spare < 3 {
