@@ -23,8 +23,8 @@
 //!
 //! The two rules on the SW block's logical block follow the FAST implementation of the
 //! Penn State FlashSim (Kim and Gupta, with DFTL, 2009), whose pair of schemes, FAST and a
-//! page-level FTL, is the pair seed 004 ran (the seed does not name its simulator); the FAST
-//! paper leaves those cases open.
+//! page-level FTL, is the pair seed 004 ran (the seed does not name its simulator); we could
+//! not check those two cases against the FAST paper's own text.
 //! We differ from it in two places, both on purpose: a full SW block is switched when it
 //! fills, not when the next offset-0 update arrives (so a rewrite of that block right after
 //! does not cost a full merge), and a full merge takes each page's current copy wherever
