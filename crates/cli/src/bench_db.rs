@@ -462,7 +462,7 @@ mod tests {
     fn kept_latency_sums_counts_weights_means_and_keeps_the_last_percentiles() {
         let r = DbResult {
             engine: "e".into(),
-            metric: "ops/s",
+            metric: "ops/s".into(),
             setup_seconds: 0.0,
             setup: serde_json::Value::Null,
             trials: vec![

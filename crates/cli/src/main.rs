@@ -55,6 +55,9 @@ enum Command {
     Run(run::Args),
     Study(study::Args),
     Trace(trace::Args),
+    /// One cell of a study in a child under `nvmfs run` (the study's run:nvmfs target)
+    #[command(hide = true)]
+    StudyCell(study::CellArgs),
 }
 
 fn main() -> ExitCode {
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Study(args) => study::run(&args),
         Command::Trace(args) => trace::run(&args),
+        Command::StudyCell(args) => study::run_cell(&args),
     };
     ExitCode::from(code)
 }

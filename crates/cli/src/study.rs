@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use nvmfs_lab::kernel;
+use nvmfs_lab::study::targets::Runner;
 use nvmfs_lab::study::{self, env::Environment, Cell, CellStatus, Size, StudyConfig};
 
 #[derive(clap::Args, Debug)]
@@ -27,9 +28,10 @@ use nvmfs_lab::study::{self, env::Environment, Cell, CellStatus, Size, StudyConf
         al., 2002) as scaling curves: filemark's small-file and large-file workloads against \
         threads (Figs. 1-2), pgmeter's sequential read and write, File Server, 8K OLTP and Web \
         Server against outstanding I/Os per file (Figs. 3-5, 8-10, 12) and AIM7's disk subtests \
-        against tasks (Fig. 11), on nvmfs, fuse:nvmfs and the paper's file systems (ext2, ext3 \
+        against tasks (Fig. 11), on nvmfs, fuse:nvmfs, run:nvmfs (the benchmarks as unmodified \
+        code sees nvmfs under `nvmfs run`) and the paper's file systems (ext2, ext3 \
         ordered and writeback, xfs, and reiserfs and jfs where the kernel has them, else reported \
-        unavailable) plus ext4. Its trials are filemark's transaction phases, pgmeter's tests and \
+        unavailable) plus ext4 and btrfs. Its trials are filemark's transaction phases, pgmeter's tests and \
         AIM7's whole sweeps; figures are line charts of absolute rates, ratios are to ext2.\n\n\
         Run rules: fresh mkfs per workload, remount before every trial, warm-up excluded, the \
         first trial discarded, mean and 95% Student-t interval of the rest. The results \
@@ -63,11 +65,12 @@ pub struct Args {
     /// Results directory [default: results/NAME-<UTC time>]
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Only these targets (repeat): nvmfs, fuse:nvmfs, ext2, ext3, ext3-writeback,
-    /// ext3-journal, ext4, ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs, (linux-2002) reiserfs,
-    /// jfs, or dir:PATH (a fresh subdirectory of a mounted directory) [default: the study's
-    /// targets that are available; nvm-2015: all, linux-2002: nvmfs, fuse:nvmfs, ext2, ext3,
-    /// ext3-writeback, xfs, ext4, reiserfs, jfs]
+    /// Only these targets (repeat): nvmfs, fuse:nvmfs, run:nvmfs (through the C library under
+    /// nvmfs run, each workload in a child), ext2, ext3, ext3-writeback, ext3-journal, ext4,
+    /// ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs, (linux-2002) reiserfs, jfs, or dir:PATH (a
+    /// fresh subdirectory of a mounted directory) [default: the study's targets that are
+    /// available; nvm-2015: all but run:nvmfs, linux-2002: nvmfs, fuse:nvmfs, run:nvmfs, ext2,
+    /// ext3, ext3-writeback, xfs, ext4, btrfs, reiserfs, jfs]
     #[arg(short, long = "target", value_name = "T")]
     targets: Vec<String>,
     /// Only these workloads (repeat). nvm-2015: fileserver, webproxy-d0.7, webproxy-d2.1,
@@ -98,6 +101,40 @@ pub struct Args {
     /// Directory (a tmpfs) for images and loop-device backing files
     #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
     shm_dir: PathBuf,
+}
+
+/// `nvmfs study-cell JOB`: what the study's run:nvmfs target runs under `nvmfs run`.
+#[derive(clap::Args, Debug)]
+pub struct CellArgs {
+    /// The job file the study wrote
+    job: PathBuf,
+}
+
+/// Runs one cell of a study for the parent study (progress as JSON lines on stdout).
+pub fn run_cell(args: &CellArgs) -> u8 {
+    if let Err(e) = kernel::install_interrupt_handler() {
+        eprintln!("nvmfs study-cell: warning: cannot install the interrupt handler: {e}");
+    }
+    match study::run_nvmfs::serve(&args.job, &kernel::interrupted) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("nvmfs study-cell: {e}");
+            1
+        }
+    }
+}
+
+/// How this program starts `nvmfs run` for the run:nvmfs target: itself, when the preload
+/// library is there.
+fn runner() -> Runner {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return Runner::Unavailable(format!("cannot find this program's path: {e}")),
+    };
+    match crate::run::find_library(Some(&exe)) {
+        Ok(_) => Runner::Binary(exe),
+        Err(why) => Runner::Unavailable(why),
+    }
 }
 
 /// Progress on stderr: a bar on a terminal, one line per result otherwise.
@@ -215,6 +252,7 @@ fn config(def: &study::StudyDef, args: &Args) -> Result<StudyConfig, String> {
         cfg.baseline = b.clone();
     }
     cfg.shm_dir = args.shm_dir.clone();
+    cfg.runner = runner();
     // --trials, --seconds and --warmup set the database workloads' phases too.
     if let Some(t) = args.trials {
         cfg.trials = t;

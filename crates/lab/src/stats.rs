@@ -2,7 +2,7 @@
 //! interval of repeated trials (Student-t), and the "significant difference"
 //! rule: the intervals do not overlap and the means differ by at least 10%.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Two-sided 95% Student-t critical values for 1..=30 degrees of freedom.
 const T95: [f64; 30] = [
@@ -28,7 +28,7 @@ pub fn t_critical_95(df: usize) -> f64 {
 }
 
 /// Mean, spread and 95% confidence interval of a set of trial results.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Number of samples (kept trials).
     pub n: usize,

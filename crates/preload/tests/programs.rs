@@ -505,3 +505,76 @@ fn pjdfstest_conformance() {
     );
     img.fsck();
 }
+
+/// The lab's `run:nvmfs` study target: each cell in a child under `nvmfs run`, relabelled,
+/// beside the in-process nvmfs; nothing left in /dev/shm.
+#[test]
+fn study_runs_cells_under_nvmfs_run() {
+    let b = built();
+    let scratch = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("nvmfs-study-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = scratch(Path::new("/dev/shm"));
+    let out = tempfile::tempdir().unwrap();
+    let o = Command::new(&b.nvmfs)
+        .args([
+            "study",
+            "linux-2002",
+            "--quick",
+            "--target",
+            "nvmfs",
+            "--target",
+            "run:nvmfs",
+            "--workload",
+            "pgmeter-oltp-o4",
+            "--workload",
+            "filemark-small-t4",
+            "--trials",
+            "2",
+            "--seconds",
+            "0.2",
+            "--ops",
+            "3000",
+            "--out",
+        ])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (target, status, mean) = (col("target"), col("status"), col("ops_per_sec_mean"));
+    let mut seen = Vec::new();
+    for line in csv.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let rate: f64 = f[mean].parse().unwrap_or(0.0);
+        assert!(f[status] == "ok" && rate > 0.0, "{line}\n{stderr}");
+        seen.push(format!("{}/{}", f[0], f[target]));
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "filemark-small-t4/nvmfs",
+            "filemark-small-t4/run:nvmfs",
+            "pgmeter-oltp-o4/nvmfs",
+            "pgmeter-oltp-o4/run:nvmfs"
+        ]
+    );
+    let raw = out.path().join("raw/pgmeter-oltp-o4--run_nvmfs.json");
+    let raw = std::fs::read_to_string(raw).unwrap();
+    assert!(
+        raw.contains("study-cell JOB") && raw.contains("child_target"),
+        "no record of the child: {raw}"
+    );
+    assert_eq!(scratch(Path::new("/dev/shm")), before, "scratch files left");
+}

@@ -335,6 +335,12 @@ impl Fs {
         self.inner.pm.mode()
     }
 
+    /// Bytes of the image this mount maps with 2 MiB pages (media/pages.rs); None when it is
+    /// not a file mapping or the kernel does not say.
+    pub fn huge_mapped_bytes(&self) -> Option<u64> {
+        self.inner.pm.huge_mapped_bytes()
+    }
+
     /// The superblock in use.
     pub fn superblock(&self) -> &Superblock {
         &self.inner.sb

@@ -7,6 +7,7 @@
 
 mod flush;
 pub mod mutation;
+pub mod pages;
 mod region;
 pub mod trace;
 
@@ -104,6 +105,15 @@ impl Pm {
 
     pub fn flush_kind(&self) -> FlushKind {
         self.flush
+    }
+
+    /// Bytes of the mapping the kernel maps with 2 MiB pages (see [`pages`]); None for
+    /// memory that is not a file mapping, or when /proc/self/smaps cannot tell.
+    pub fn huge_mapped_bytes(&self) -> Option<u64> {
+        match self._backing {
+            Backing::Mapped { ptr, .. } => pages::pmd_mapped_bytes(ptr as usize),
+            Backing::Memory(_) => None,
+        }
     }
 
     pub fn mode(&self) -> MediaMode {

@@ -142,7 +142,7 @@ pub struct TrialOutcome {
 }
 
 /// CPU used during the measured phase.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct CpuTimes {
     /// User and system time of this process (all its threads).
     pub user_seconds: f64,

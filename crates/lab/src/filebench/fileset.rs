@@ -3,7 +3,7 @@
 //! and the round-robin picking of `fileset_pick`.
 
 use super::gamma;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The most entries filebench allows in one fileset.
 pub const ENTRIES_MAX: usize = 1 << 20;
@@ -99,7 +99,7 @@ pub struct Fileset {
 }
 
 /// Shape of a built tree, for reports and tests.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TreeStats {
     pub files: usize,
     pub dirs: usize,

@@ -21,7 +21,7 @@ pub use personality::{OltpConfig, Personality, PersonalityConfig};
 use crate::stats::Summary;
 use crate::targets::api::{MicroFile, MicroFs};
 use engine::{CpuTimes, SetState, Tick, TrialLimits};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stats::{FlowopStats, IoSummary};
 use std::io;
 use std::time::{Duration, Instant};
@@ -71,7 +71,7 @@ impl RunConfig {
 }
 
 /// One trial's results.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrialResult {
     pub index: usize,
     /// The first of several trials is discarded (run rule).
@@ -87,7 +87,7 @@ pub struct TrialResult {
 }
 
 /// A personality's run on one target.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResult {
     pub fileset: TreeStats,
     /// Directory creation and preallocation.

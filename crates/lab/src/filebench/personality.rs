@@ -10,7 +10,7 @@
 //! semaphores.
 
 use super::fileset::{FilesetSpec, SizeDist};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
@@ -157,7 +157,7 @@ impl Op {
 /// Filebench's flowop types: reads, writes and other file operations are
 /// `FLOW_TYPE_IO` and make up the IO summary; semaphores (`FLOW_TYPE_SYNC`)
 /// and hog (`FLOW_TYPE_OTHER`) only appear in the per-flowop table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OpKind {
     Read,

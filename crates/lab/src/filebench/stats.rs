@@ -4,7 +4,7 @@
 use super::personality::{Flowop, OpKind};
 use crate::micro::measure::new_histogram;
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One thread's counters, indexed like the flowop list.
 pub struct ThreadStats {
@@ -27,7 +27,7 @@ impl ThreadStats {
 }
 
 /// Latency percentiles of one flowop, in nanoseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     pub mean: f64,
     pub min: u64,
@@ -58,7 +58,7 @@ impl Latency {
 /// One flowop's totals over all threads of a trial. Only the percentiles
 /// are kept: a full histogram is a few hundred KiB, times flowops, trials
 /// and every run of a study.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FlowopStats {
     pub name: String,
     pub kind: OpKind,
@@ -96,7 +96,7 @@ impl FlowopStats {
 }
 
 /// Filebench's "IO Summary" line for one trial.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct IoSummary {
     /// Every IO flowop counts as one op (open, close, stat, delete, fsync
     /// too); semaphore and hog flowops do not.

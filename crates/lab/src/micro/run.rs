@@ -11,29 +11,20 @@
 use super::report::{Record, TargetKind};
 use super::session::NO_FSYNC_NOTE;
 use super::{MicroConfig, Params, TargetSpec};
-use crate::targets::nvmfs::format_scratch;
+pub use crate::targets::preload::RUN_PREFIX;
+use crate::targets::preload::{tail_lines, PreloadChild};
 use crate::targets::sys::{annotate, ScratchFile};
-use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::io::{self, BufRead, BufReader};
-use std::os::unix::fs::MetadataExt;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-
-/// The prefix the child's paths live under (`nvmfs run --prefix`).
-pub const RUN_PREFIX: &str = "/nvmfs";
 
 /// Said on every `run:nvmfs` record.
 pub const RUN_NOTE: &str = "through the C library under nvmfs run (libnvmfs_preload.so): the \
     system calls of dir:PATH, answered by nvmfs in-process on an image in the shm dir";
 
-/// Lines of the child's stderr kept for the error message when it fails.
-const TAIL_LINES: usize = 20;
-
 /// Runs the selected workloads in a child under `nvmfs run` and returns its records as
-/// `run:nvmfs`. The image, the records file and (if the child died without detaching) the
-/// image's coordination file and lock files are removed on return, also on error or interrupt (the guards
-/// below; the child is killed first if it is still running).
+/// `run:nvmfs`. The image, the records file and what the child leaves behind are removed on
+/// return, also on error or interrupt ([`PreloadChild`]).
 pub fn run_target(
     cfg: &MicroConfig,
     params: &Params,
@@ -49,37 +40,34 @@ pub fn run_target(
     let pid = std::process::id();
     let image = cfg.shm_dir.join(format!("nvmfs-bench-{pid}-run.img"));
     progress(&format!("[{label}] formatting {}", image.display()));
-    // Dropped in reverse order: the child is killed (if running) before its files go.
-    let image = format_scratch(image, cfg.image_size_bytes, params.inode_count)?;
-    let _coord = CoordLeftover(coord_path(image.path())?);
     let json = ScratchFile::claim(cfg.shm_dir.join(format!("nvmfs-bench-{pid}-run.json")))?;
-    let args = child_args(cfg, params, bin, image.path(), json.path());
+    let args = child_args(cfg, params, json.path());
     progress(&format!(
-        "[{label}] {} {}",
-        bin.display(),
+        "[{label}] {bin} run --image {image} --prefix {RUN_PREFIX} -- {bin} {}",
         args.iter()
             .map(|a| a.to_string_lossy())
             .collect::<Vec<_>>()
-            .join(" ")
+            .join(" "),
+        bin = bin.display(),
+        image = image.display(),
     ));
-    let mut child = ChildGuard(Some(
-        Command::new(bin)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| annotate(e, "cannot start", bin))?,
-    ));
+    let mut child =
+        PreloadChild::start(bin, image, cfg.image_size_bytes, params.inode_count, &args)?;
+    // The child's table on stdout is not needed (its records come in the JSON file), but
+    // the pipe must be drained or a long table would block the child.
+    let drain = child
+        .take_stdout()
+        .map(|mut out| std::thread::spawn(move || io::copy(&mut out, &mut io::sink())));
     let child_label = TargetSpec::Dir(PathBuf::from(RUN_PREFIX)).label();
-    let tail = forward_stderr(&mut child, &child_label, &label, progress)?;
-    let status = child.wait()?;
-    if !status.success() {
-        return Err(io::Error::other(format!(
-            "nvmfs run of the benchmark failed ({status}); its last messages:\n  {}",
-            tail.into_iter().collect::<Vec<_>>().join("\n  ")
-        )));
+    let (from, to) = (format!("[{child_label}]"), format!("[{label}]"));
+    let tail = match child.take_stderr() {
+        Some(err) => tail_lines(err, &mut |line| progress(&line.replace(&from, &to))),
+        None => Default::default(),
+    };
+    if let Some(d) = drain {
+        let _ = d.join();
     }
+    child.finish("the benchmark", tail)?;
     let text = std::fs::read_to_string(json.path())
         .map_err(|e| annotate(e, "cannot read the child's records", json.path()))?;
     let records: Vec<Record> = serde_json::from_str(&text).map_err(|e| {
@@ -91,23 +79,10 @@ pub fn run_target(
     Ok(relabel(records, &child_label, &label))
 }
 
-/// `run --image IMG --prefix /nvmfs -- BIN bench micro --target dir:/nvmfs <the workload
-/// flags of cfg> --json JSON`.
-pub(crate) fn child_args(
-    cfg: &MicroConfig,
-    params: &Params,
-    bin: &Path,
-    image: &Path,
-    json: &Path,
-) -> Vec<OsString> {
+/// `bench micro --target dir:/nvmfs <the workload flags of cfg> --json JSON`: what the
+/// child runs under `nvmfs run`.
+pub(crate) fn child_args(cfg: &MicroConfig, params: &Params, json: &Path) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec![
-        "run".into(),
-        "--image".into(),
-        image.into(),
-        "--prefix".into(),
-        RUN_PREFIX.into(),
-        "--".into(),
-        bin.into(),
         "bench".into(),
         "micro".into(),
         "--target".into(),
@@ -150,74 +125,4 @@ pub(crate) fn relabel(records: Vec<Record>, child_label: &str, label: &str) -> V
             r
         })
         .collect()
-}
-
-/// Passes each line of the child's stderr to `progress` with its target renamed, and returns
-/// the last few lines.
-fn forward_stderr(
-    child: &mut ChildGuard,
-    from: &str,
-    to: &str,
-    progress: &mut dyn FnMut(&str),
-) -> io::Result<VecDeque<String>> {
-    let stderr = child
-        .0
-        .as_mut()
-        .and_then(|c| c.stderr.take())
-        .expect("stderr piped");
-    let (from, to) = (format!("[{from}]"), format!("[{to}]"));
-    let mut tail = VecDeque::with_capacity(TAIL_LINES);
-    for line in BufReader::new(stderr).lines() {
-        let line = line?.replace(&from, &to);
-        progress(&line);
-        if tail.len() == TAIL_LINES {
-            tail.pop_front();
-        }
-        tail.push_back(line);
-    }
-    Ok(tail)
-}
-
-/// The child; killed and reaped if dropped while still running (error or interrupt).
-struct ChildGuard(Option<Child>);
-
-impl ChildGuard {
-    fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
-        let mut child = self.0.take().expect("waited once");
-        child.wait()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// The coordination file the shared mounts of `image` use (nvmfs::shared keeps it in
-/// /dev/shm, named after the image file's device and inode). The last process to detach
-/// removes it; one that dies attached leaves it, and nothing needs it once no process is.
-fn coord_path(image: &Path) -> io::Result<PathBuf> {
-    let m = std::fs::metadata(image).map_err(|e| annotate(e, "cannot stat", image))?;
-    Ok(PathBuf::from(format!(
-        "/dev/shm/nvmfs-{:x}-{:x}.coord",
-        m.dev(),
-        m.ino()
-    )))
-}
-
-/// Removes the coordination file and the directory of its lock files (`<file>.locks`, the
-/// preload's), if the child left them, when dropped (after the child).
-struct CoordLeftover(PathBuf);
-
-impl Drop for CoordLeftover {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-        let mut locks = self.0.clone().into_os_string();
-        locks.push(".locks");
-        let _ = std::fs::remove_dir_all(locks);
-    }
 }

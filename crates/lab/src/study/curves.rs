@@ -15,9 +15,9 @@ pub struct CurveFigure {
     /// What it shows: the workload ids without their load suffix, e.g. `filemark-small`.
     pub family: String,
     /// What x counts, e.g. `threads`.
-    pub x_label: &'static str,
+    pub x_label: String,
     /// What y counts, e.g. `transactions/s`.
-    pub metric: &'static str,
+    pub metric: String,
     /// One per target that measured at least one point, in the order the targets ran.
     pub curves: Vec<Curve>,
 }
@@ -42,7 +42,7 @@ pub fn figure(result: &StudyResult, figure: &'static str) -> Option<CurveFigure>
     family.dedup();
     let targets = targets_in_order(result);
     let (x_label, curves) = if wls.iter().all(|w| w.config.load().is_some()) {
-        let label = first.config.load()?.label;
+        let label = first.config.load()?.label.to_string();
         let curves = targets
             .into_iter()
             .map(|target| {
@@ -71,8 +71,8 @@ pub fn figure(result: &StudyResult, figure: &'static str) -> Option<CurveFigure>
         .cells
         .iter()
         .filter(|c| wls.iter().any(|w| w.id == c.workload))
-        .find_map(|c| c.result.as_ref().map(|r| r.metric()))
-        .unwrap_or("ops/s");
+        .find_map(|c| c.result.as_ref().map(|r| r.metric().to_string()))
+        .unwrap_or_else(|| "ops/s".into());
     Some(CurveFigure {
         figure,
         family: family.join(", "),
@@ -90,7 +90,7 @@ fn swept(
     result: &StudyResult,
     workload: &str,
     targets: Vec<String>,
-) -> Option<(&'static str, Vec<Curve>)> {
+) -> Option<(String, Vec<Curve>)> {
     let mut label = None;
     let curves = targets
         .into_iter()
@@ -101,7 +101,7 @@ fn swept(
                 .find(|c| c.workload == workload && c.target == target)
                 .and_then(|c| c.result.as_ref()?.fsbench()?.sweep());
             if let Some(s) = sweep {
-                label = Some(s.x_label);
+                label = Some(s.x_label.clone());
             }
             let points = sweep.map_or_else(Vec::new, |s| {
                 s.points.iter().map(|p| (p.x, p.value)).collect()
@@ -274,8 +274,8 @@ mod tests {
         let f = CurveFigure {
             figure: "Figs. 3, 8",
             family: "pgmeter-seqread".into(),
-            x_label: "outstanding I/Os per file",
-            metric: "ops/s",
+            x_label: "outstanding I/Os per file".into(),
+            metric: "ops/s".into(),
             curves: Vec::new(),
         };
         assert_eq!(stem(&f), "fig3-8-pgmeter-seqread");

@@ -18,7 +18,7 @@ use crate::tpcc::{self, Scale, TpccConfig};
 use crate::ycsb::db::KvStore;
 use crate::ycsb::runner::{self, RunOptions};
 use crate::ycsb::workload::CoreWorkload;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
@@ -130,12 +130,12 @@ pub struct TpccWorkload {
 }
 
 /// What a database cell measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DbResult {
     /// The engine and its settings.
     pub engine: String,
     /// What `ops_per_sec` counts: `ops/s` (YCSB) or `tpmC` (TPC-C).
-    pub metric: &'static str,
+    pub metric: String,
     /// Loading or populating the database.
     pub setup_seconds: f64,
     pub setup: serde_json::Value,
@@ -152,7 +152,7 @@ pub struct DbResult {
 }
 
 /// One trial of a database cell.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DbTrial {
     pub index: usize,
     pub discarded: bool,
@@ -171,7 +171,7 @@ pub struct DbTrial {
 }
 
 /// The fixed-load phase of a YCSB trial.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FixedLoad {
     pub offered_ops_per_sec: f64,
     pub achieved_ops_per_sec: f64,
@@ -179,7 +179,7 @@ pub struct FixedLoad {
 }
 
 /// Latency of one operation type, in nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct OpLatency {
     pub count: u64,
     pub mean_ns: f64,
@@ -592,7 +592,7 @@ fn finish(
     }
     DbResult {
         engine,
-        metric,
+        metric: metric.to_string(),
         setup_seconds,
         setup,
         ops_per_sec: Summary::of(&values),

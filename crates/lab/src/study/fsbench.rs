@@ -38,7 +38,7 @@ use crate::pgmeter::{self, AccessSpec, PgmeterConfig, PgmeterResult};
 use crate::postmark::{filemark, FilemarkConfig, FilemarkResult};
 use crate::stats::Summary;
 use crate::targets::api::MicroFs;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::Path;
 
@@ -90,7 +90,7 @@ pub struct Rules<'a> {
 }
 
 /// Which benchmark a cell ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Program {
     Filemark,
@@ -99,11 +99,11 @@ pub enum Program {
 }
 
 /// What a filemark, pgmeter or AIM7 cell measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchResult {
     pub program: Program,
     /// What `ops_per_sec` counts: `transactions/s`, `ops/s` or `jobs/min`.
-    pub metric: &'static str,
+    pub metric: String,
     /// filemark's creation phase or pgmeter's preallocation (AIM7: none).
     pub setup_seconds: f64,
     pub setup: serde_json::Value,
@@ -119,7 +119,7 @@ pub struct BenchResult {
 }
 
 /// One trial: a filemark transaction phase, a pgmeter test or an AIM7 sweep.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchTrial {
     pub index: usize,
     pub discarded: bool,
@@ -136,17 +136,17 @@ pub struct BenchTrial {
 }
 
 /// A curve measured inside a cell (AIM7's table of subruns).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Sweep {
     /// What x counts, e.g. `tasks`.
-    pub x_label: &'static str,
+    pub x_label: String,
     pub points: Vec<SweepPoint>,
     /// The x of the highest mean, which the headline reports.
     pub peak_x: Option<f64>,
 }
 
 /// One point of a [`Sweep`].
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct SweepPoint {
     pub x: f64,
     pub value: Summary,
@@ -315,7 +315,7 @@ fn filemark_result(r: FilemarkResult) -> BenchResult {
     });
     BenchResult {
         program: Program::Filemark,
-        metric: "transactions/s",
+        metric: "transactions/s".into(),
         setup_seconds: r.creation.wall_seconds,
         setup,
         mb_per_sec: kept_mean(&trials, |t| t.mb_per_sec),
@@ -437,7 +437,7 @@ fn pgmeter_trials(
     }
     Ok(BenchResult {
         program: Program::Pgmeter,
-        metric: "ops/s",
+        metric: "ops/s".into(),
         setup_seconds: setup.0,
         setup: setup.1,
         ops_per_sec: kept_summary(&trials),
@@ -535,7 +535,7 @@ fn aim7_sweeps(
         .map(|p| p.value);
     Ok(BenchResult {
         program: Program::Aim7,
-        metric: "jobs/min",
+        metric: "jobs/min".into(),
         setup_seconds: 0.0,
         setup: serde_json::Value::Null,
         ops_per_sec: headline,
@@ -587,7 +587,7 @@ fn aim7_curve(sweeps: &[Aim7Result]) -> Sweep {
         .max_by(|a, b| a.value.mean.total_cmp(&b.value.mean))
         .map(|p| p.x);
     Sweep {
-        x_label: "tasks",
+        x_label: "tasks".into(),
         points,
         peak_x,
     }

@@ -2,7 +2,7 @@
 //! filemark's small-file and large-file workloads against threads (Figs. 1, 2, 6, 7), pgmeter's
 //! access specifications against outstanding I/Os per file (Figs. 3-5, 8-10, 12) and AIM7's
 //! task sweep (Fig. 11), on the file systems it compared (Ext2, Ext3 ordered and writeback,
-//! XFS, ReiserFS and JFS when this kernel has them) plus ext4 and nvmfs, and the findings of
+//! XFS, ReiserFS and JFS when this kernel has them) plus ext4, btrfs and nvmfs, and the findings of
 //! its conclusions a run can check.
 
 use super::findings::{r, scaling, Finding, BEST_KERNEL};
@@ -29,9 +29,9 @@ pub const STUDY: StudyDef = StudyDef {
     intro,
 };
 
-/// The paper's file systems (Section 2) and ext4, its successor: Ext2, Ext3 in its two
-/// journaling modes the paper reports, XFS, and ReiserFS (notail) and JFS when this kernel
-/// has them; nvmfs was not in the paper.
+/// The paper's file systems (Section 2), ext4 (ext3's successor) and btrfs (today's
+/// copy-on-write design): Ext2, Ext3 in its two journaling modes the paper reports, XFS, and
+/// ReiserFS (notail) and JFS when this kernel has them; nvmfs (in-process, through FUSE and under `nvmfs run`) was not in the paper.
 pub const TARGETS: TargetPlan = TargetPlan {
     nvmfs_paper_name: None,
     kernel: Some(&[
@@ -40,8 +40,10 @@ pub const TARGETS: TargetPlan = TargetPlan {
         ("ext3-writeback", Some("Ext3 writeback")),
         ("xfs", Some("XFS")),
         ("ext4", None),
+        ("btrfs", None),
     ]),
     extra: extra_file_systems,
+    run: true,
 };
 
 /// ReiserFS and JFS: not in the lab's catalogue (seed 000 did not run them), run when this

@@ -17,6 +17,7 @@ pub mod fsbench;
 pub mod linux2002;
 pub mod nvm2015;
 pub mod report;
+pub mod run_nvmfs;
 pub mod targets;
 pub mod workload;
 
@@ -25,7 +26,7 @@ pub use workload::Size;
 use crate::filebench::{Progress, RunConfig, RunResult};
 use crate::stats::Summary;
 use findings::Finding;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -33,7 +34,7 @@ use targets::StudyTarget;
 use workload::{StudyWorkload, WorkloadConfig};
 
 /// Everything a study run needs.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StudyConfig {
     pub size: Size,
     /// Trials per workload and target, the first discarded.
@@ -55,12 +56,15 @@ pub struct StudyConfig {
     pub seed: u64,
     /// Trials and phase lengths of the database workloads (YCSB, TPC-C).
     pub db: DbPhases,
+    /// How the `run:nvmfs` target starts `nvmfs run` (set by the command line).
+    #[serde(skip)]
+    pub runner: targets::Runner,
 }
 
 /// Trial count and lengths of the database cells. A YCSB trial has two phases of
 /// `run_seconds` each (flat out, then at the fixed offered load); a TPC-C trial one of twice
 /// that, so both take about as long as a Filebench trial of the same size.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DbPhases {
     pub trials: usize,
     pub warmup_seconds: f64,
@@ -106,12 +110,13 @@ impl StudyConfig {
             baseline: "ext4".into(),
             seed: 2015,
             db,
+            runner: targets::Runner::Absent,
         }
     }
 }
 
 /// One workload on one target.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Cell {
     pub workload: String,
     pub target: String,
@@ -124,7 +129,7 @@ pub struct Cell {
     pub wall_seconds: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", content = "reason", rename_all = "snake_case")]
 pub enum CellStatus {
     Ok,
@@ -136,7 +141,7 @@ pub enum CellStatus {
 }
 
 /// What a cell measured, by benchmark.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "benchmark", rename_all = "snake_case")]
 pub enum CellResult {
     Filebench(RunResult),
@@ -190,11 +195,11 @@ impl CellResult {
     }
 
     /// What [`CellResult::ops_per_sec`] counts.
-    pub fn metric(&self) -> &'static str {
+    pub fn metric(&self) -> &str {
         match self {
             CellResult::Filebench(_) => "ops/s",
-            CellResult::Database(r) => r.metric,
-            CellResult::FsBench(r) => r.metric,
+            CellResult::Database(r) => &r.metric,
+            CellResult::FsBench(r) => &r.metric,
         }
     }
 }
@@ -288,7 +293,8 @@ pub fn run_study(
         ));
     }
     let device_bytes = targets::device_size_bytes(&workloads);
-    let target_list = targets::discover_for(study.targets, device_bytes, &cfg.only_targets)?;
+    let target_list =
+        targets::discover_for(study.targets, device_bytes, &cfg.only_targets, &cfg.runner)?;
     for t in target_list.iter().filter(|t| t.unavailable.is_some()) {
         progress.note(&format!(
             "{}: unavailable: {}",
@@ -308,7 +314,18 @@ pub fn run_study(
                 break 'all;
             }
             progress.cell_started(cells.len(), total, &w.id, &t.name);
-            let cell = run_cell(cfg, w, t, device_bytes, interrupted, progress);
+            let cell = match (&cfg.runner, t.is_run()) {
+                (targets::Runner::Binary(bin), true) => run_nvmfs::run_cell(
+                    study.name,
+                    cfg,
+                    w,
+                    t,
+                    bin.as_path(),
+                    device_bytes,
+                    progress,
+                ),
+                _ => run_cell(cfg, w, t, device_bytes, interrupted, progress),
+            };
             progress.cell_done(&cell);
             cells.push(cell);
         }
@@ -437,6 +454,21 @@ fn fs_rules(cfg: &StudyConfig, device_bytes: u64) -> fsbench::Rules<'_> {
     }
 }
 
+/// The Filebench run of a personality under the study's rules.
+fn filebench_run(
+    cfg: &StudyConfig,
+    personality: &crate::filebench::PersonalityConfig,
+) -> RunConfig {
+    RunConfig {
+        personality: personality.clone(),
+        trials: cfg.trials,
+        warmup_seconds: cfg.warmup_seconds,
+        run_seconds: cfg.run_seconds,
+        ops_max: cfg.ops_max,
+        seed: cfg.seed,
+    }
+}
+
 /// A Filebench personality on a fresh target; `provision` receives how it was made.
 fn run_filebench_cell(
     cfg: &StudyConfig,
@@ -447,14 +479,7 @@ fn run_filebench_cell(
     interrupted: &dyn Fn() -> bool,
     progress: &mut dyn StudyProgress,
 ) -> io::Result<RunResult> {
-    let run_cfg = RunConfig {
-        personality: personality.clone(),
-        trials: cfg.trials,
-        warmup_seconds: cfg.warmup_seconds,
-        run_seconds: cfg.run_seconds,
-        ops_max: cfg.ops_max,
-        seed: cfg.seed,
-    };
+    let run_cfg = filebench_run(cfg, personality);
     StudyTarget::create(t, &cfg.shm_dir, device_bytes, &run_cfg).and_then(|target| {
         *provision = Some(target.describe());
         let mut on_progress = |p: Progress<'_>| match p {

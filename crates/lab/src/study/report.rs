@@ -29,7 +29,7 @@ pub struct Row {
     pub paper_name: Option<String>,
     pub status: String,
     /// What `ops_per_sec` counts: `ops/s`, or `tpmC` for TPC-C.
-    pub metric: &'static str,
+    pub metric: String,
     pub ops_per_sec: Option<Summary>,
     pub mb_per_sec_mean: Option<f64>,
     /// Mean over kept trials of process user+system CPU seconds per 1000 ops.
@@ -37,7 +37,8 @@ pub struct Row {
     /// This target's mean over the baseline's, and whether it is significant.
     pub vs_baseline: Option<f64>,
     pub vs_baseline_significant: Option<bool>,
-    /// nvmfs's rows: ratio to the best kernel variant on this workload.
+    /// nvmfs's rows (in-process, fuse:nvmfs, run:nvmfs): ratio to the best kernel variant on
+    /// this workload.
     pub vs_best_kernel: Option<f64>,
     pub best_kernel: Option<String>,
 }
@@ -103,7 +104,7 @@ pub fn rows(result: &StudyResult) -> Vec<Row> {
                 .and_then(Cell::ops_per_sec);
             let cmp = s.zip(b).map(|(s, b)| compare(&s, &b));
             let best = best_kernel(result, &c.workload);
-            let vs_best = (c.target == "nvmfs")
+            let vs_best = super::targets::is_nvmfs(&c.target)
                 .then(|| {
                     s.zip(best.as_ref().map(|b| b.1))
                         .map(|(s, b)| s.mean / b.mean)
@@ -114,7 +115,11 @@ pub fn rows(result: &StudyResult) -> Vec<Row> {
                 target: c.target.clone(),
                 paper_name: c.paper_name.clone(),
                 status: status_label(&c.status),
-                metric: c.result.as_ref().map_or("ops/s", |r| r.metric()),
+                metric: c
+                    .result
+                    .as_ref()
+                    .map_or("ops/s", |r| r.metric())
+                    .to_string(),
                 ops_per_sec: s,
                 mb_per_sec_mean: mb_per_sec(c),
                 cpu_ms_per_kop: kept_mean(c, |t| {
@@ -580,6 +585,26 @@ pub fn format_table(rows: &[Row], baseline: &str) -> String {
     s
 }
 
+/// What the other forms of nvmfs in the table are.
+fn forms_note(s: &mut String, forms: &[&str]) {
+    if forms.contains(&super::targets::RUN_NAME) {
+        s.push_str(
+            "\n`run:nvmfs` is the same benchmark code as on a kernel file system, system calls through \
+             the C library, answered by nvmfs in the benchmark's process under `nvmfs run` (the \
+             LD_PRELOAD library): what an unmodified program sees.",
+        );
+    }
+    if forms.contains(&super::targets::FUSE_NAME) {
+        s.push_str(
+            " `fuse:nvmfs` is the same image served through the kernel's FUSE: every call a round \
+             trip to a server thread.",
+        );
+    }
+    if !forms.is_empty() {
+        s.push('\n');
+    }
+}
+
 fn markdown(
     result: &StudyResult,
     env: &Environment,
@@ -593,11 +618,26 @@ fn markdown(
     let _ = writeln!(s, "# {}: {}\n", result.study.name, result.study.title);
     s.push_str(&(result.study.intro)(result));
     let _ = writeln!(s, "## nvmfs against the best kernel variant\n");
+    // The other forms of nvmfs get a ratio column each when they ran.
+    let forms: Vec<&str> = [super::targets::RUN_NAME, super::targets::FUSE_NAME]
+        .into_iter()
+        .filter(|f| rows.iter().any(|r| r.target == *f))
+        .collect();
     let _ = writeln!(
         s,
-        "| workload | metric | nvmfs | best kernel | its rate | nvmfs / best |"
+        "| workload | metric | nvmfs | best kernel | its rate | nvmfs / best |{}",
+        forms
+            .iter()
+            .map(|f| format!(" {f} / best |"))
+            .collect::<String>()
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|{}", "---|".repeat(forms.len()));
+    let ratio = |target: &str, workload: &str| {
+        rows.iter()
+            .find(|r| r.workload == workload && r.target == target)
+            .and_then(|r| r.vs_best_kernel)
+            .map_or("-".into(), |v| format!("{v:.2}x"))
+    };
     for w in &result.workloads {
         let nv = rows
             .iter()
@@ -605,17 +645,21 @@ fn markdown(
         let best = best_kernel(result, &w.id);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |{}",
             w.id,
-            nv.map_or("ops/s", |r| r.metric),
+            nv.map_or("ops/s", |r| &r.metric),
             nv.and_then(|r| r.ops_per_sec)
                 .map_or("-".into(), |o| fmt_ci(&o)),
             best.as_ref().map_or("-", |b| b.0.as_str()),
             best.as_ref().map_or("-".into(), |b| fmt_ci(&b.1)),
-            nv.and_then(|r| r.vs_best_kernel)
-                .map_or("-".into(), |v| format!("{v:.2}x")),
+            ratio("nvmfs", &w.id),
+            forms
+                .iter()
+                .map(|f| format!(" {} |", ratio(f, &w.id)))
+                .collect::<String>(),
         );
     }
+    forms_note(&mut s, &forms);
     curve_tables(&mut s, result);
     database_latency_section(&mut s, result);
     let _ = writeln!(s, "\n## Findings of the paper, checked\n");
@@ -704,12 +748,22 @@ fn markdown(
     let _ = writeln!(s, "\n## Environment and emulation\n");
     let _ = writeln!(
         s,
-        "Linux {}, {} × {}, {:.1} GiB RAM; images in a {} directory; nvmfs flushes with {}.\n",
+        "Linux {}, {} × {}, {:.1} GiB RAM; images in a {} directory{}; nvmfs flushes with {}.\n",
         env.kernel_release,
         env.cpus,
         env.cpu_model,
         env.memory_bytes as f64 / (1u64 << 30) as f64,
         env.shm_dir_fs,
+        env.shm_dir_huge_pages
+            .as_deref()
+            .map_or(String::new(), |h| format!(
+                " (tmpfs huge={h}: {} pages)",
+                if matches!(h, "always" | "within_size") {
+                    "2 MiB"
+                } else {
+                    "4 KiB"
+                }
+            )),
         env.nvmfs_flush
     );
     for e in &env.emulation {

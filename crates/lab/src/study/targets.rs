@@ -32,11 +32,20 @@ pub struct TargetEntry {
     kind: Kind,
 }
 
+impl TargetEntry {
+    /// Whether this is `run:nvmfs`, whose cells run in a child under `nvmfs run`.
+    pub fn is_run(&self) -> bool {
+        matches!(self.kind, Kind::Run)
+    }
+}
+
 /// How a target is made.
 #[derive(Debug, Clone)]
 enum Kind {
     Nvmfs,
     Fuse,
+    /// nvmfs under `nvmfs run` in a child ([`super::run_nvmfs`]).
+    Run,
     Kernel(kernel::Variant),
     /// A directory the user named; the lab works in a fresh subdirectory.
     Dir(PathBuf),
@@ -47,11 +56,31 @@ enum Kind {
 /// The FUSE target's name.
 pub const FUSE_NAME: &str = "fuse:nvmfs";
 
+/// The name of nvmfs through the C library under `nvmfs run` (the LD_PRELOAD library).
+pub const RUN_NAME: &str = "run:nvmfs";
+
+/// How the `run:nvmfs` target starts `nvmfs run`.
+#[derive(Debug, Clone, Default)]
+pub enum Runner {
+    /// This program cannot start it (a library caller without the nvmfs binary).
+    #[default]
+    Absent,
+    /// The nvmfs binary, which finds libnvmfs_preload.so.
+    Binary(PathBuf),
+    /// Why it cannot run here (e.g. the preload library was not built).
+    Unavailable(String),
+}
+
+/// Whether `name` is nvmfs in one of its forms: in-process, through FUSE or under `nvmfs run`.
+pub fn is_nvmfs(name: &str) -> bool {
+    name == "nvmfs" || name == FUSE_NAME || name == RUN_NAME
+}
+
 /// Whether `name` is one of the kernel variants the lab provisions (not
 /// nvmfs in any form, not a user's directory): the "best kernel variant"
 /// nvmfs is compared with is one of these.
 pub fn is_kernel_variant(name: &str) -> bool {
-    name != "nvmfs" && name != FUSE_NAME && !name.starts_with("dir:")
+    !is_nvmfs(name) && !name.starts_with("dir:")
 }
 
 /// Kernel device size: room for the largest fileset three times over
@@ -121,6 +150,8 @@ pub struct TargetPlan {
     /// The paper's file systems outside the catalogue: run when this kernel has them,
     /// otherwise listed as unavailable with the reason.
     pub extra: fn() -> Vec<ExtraVariant>,
+    /// Whether `run:nvmfs` runs without being named (it always runs when `--target` names it).
+    pub run: bool,
 }
 
 /// A kernel file system of a paper that the lab's catalogue does not hold.
@@ -141,20 +172,23 @@ pub const CATALOGUE: TargetPlan = TargetPlan {
     nvmfs_paper_name: Some("pmfs"),
     kernel: None,
     extra: no_extra,
+    run: false,
 };
 
-/// [`discover_for`] with the whole catalogue ([`CATALOGUE`]).
+/// [`discover_for`] with the whole catalogue ([`CATALOGUE`]) and no `run:nvmfs`.
 pub fn discover(device_bytes: u64, only: &[String]) -> io::Result<Vec<TargetEntry>> {
-    discover_for(&CATALOGUE, device_bytes, only)
+    discover_for(&CATALOGUE, device_bytes, only, &Runner::Absent)
 }
 
-/// nvmfs first, then the plan's kernel variants, then what this kernel lacks.
-/// `only` filters by name (`xfs-ag` matches the high-AG variant whatever
-/// its count).
+/// nvmfs first (in-process, FUSE, under `nvmfs run`), then the plan's kernel variants, then
+/// what this kernel lacks. `only` filters by name (`xfs-ag` matches the high-AG variant
+/// whatever its count). `run:nvmfs` is listed when the plan runs it or `only` names it, and
+/// is available when `runner` can start `nvmfs run`.
 pub fn discover_for(
     plan: &TargetPlan,
     device_bytes: u64,
     only: &[String],
+    runner: &Runner,
 ) -> io::Result<Vec<TargetEntry>> {
     let named = |name: &str| only.iter().any(|o| matches_name(name, o));
     let wanted = |name: &str| only.is_empty() || named(name);
@@ -185,6 +219,9 @@ pub fn discover_for(
             unavailable: fuse::unavailable(),
             kind: Kind::Fuse,
         });
+    }
+    if named(RUN_NAME) || (only.is_empty() && plan.run) {
+        out.push(run_entry(runner));
     }
     let catalogue = kernel::catalogue(device_bytes);
     for v in &catalogue {
@@ -233,6 +270,7 @@ pub fn discover_for(
         let mut known = vec![
             "nvmfs".to_string(),
             FUSE_NAME.to_string(),
+            RUN_NAME.to_string(),
             "dir:PATH".into(),
         ];
         for name in catalogue
@@ -251,6 +289,27 @@ pub fn discover_for(
         ));
     }
     Ok(out)
+}
+
+/// `run:nvmfs`: unmodified code through the C library, answered by nvmfs in its own process.
+fn run_entry(runner: &Runner) -> TargetEntry {
+    let unavailable = match runner {
+        Runner::Binary(_) => None,
+        Runner::Unavailable(why) => Some(why.clone()),
+        Runner::Absent => Some(
+            "this program cannot start `nvmfs run` (run the study with the nvmfs command)".into(),
+        ),
+    };
+    TargetEntry {
+        name: RUN_NAME.into(),
+        paper_name: None,
+        description: "the dir: target's system calls through the C library, answered by nvmfs \
+            in the benchmark's own process under `nvmfs run` (libnvmfs_preload.so), on a fresh \
+            image in the shm dir per workload; each workload runs in a child process"
+            .into(),
+        unavailable,
+        kind: Kind::Run,
+    }
 }
 
 fn kernel_entry(
@@ -407,9 +466,17 @@ pub enum StudyTarget {
 /// Distinguishes the scratch names of targets made one after another.
 static SERIAL: AtomicU64 = AtomicU64::new(0);
 
-fn scratch_name(what: &str) -> String {
+pub(super) fn scratch_name(what: &str) -> String {
     let n = SERIAL.fetch_add(1, Ordering::Relaxed);
     format!("nvmfs-study-{}-{n}{what}", std::process::id())
+}
+
+/// The nvmfs image for a Filebench run.
+pub fn filebench_image(run: &RunConfig) -> ImageSpec {
+    ImageSpec {
+        bytes: nvmfs_image_bytes(run),
+        inodes: nvmfs_inodes(run),
+    }
 }
 
 /// Inodes for an nvmfs image holding the personality's files with room.
@@ -435,11 +502,7 @@ impl StudyTarget {
         device_bytes: u64,
         run: &RunConfig,
     ) -> io::Result<StudyTarget> {
-        let image = ImageSpec {
-            bytes: nvmfs_image_bytes(run),
-            inodes: nvmfs_inodes(run),
-        };
-        StudyTarget::create_sized(t, shm_dir, device_bytes, image)
+        StudyTarget::create_sized(t, shm_dir, device_bytes, filebench_image(run))
     }
 
     /// Fresh nvmfs image of `image`'s size or fresh mkfs of a `device_bytes` device.
@@ -473,6 +536,11 @@ impl StudyTarget {
                 Ok(StudyTarget::Kernel(Box::new(KernelTarget { prov, fs })))
             }
             Kind::Dir(p) => StudyTarget::dir(p, &scratch_name("")),
+            Kind::Run => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "run:nvmfs runs each workload in a child under `nvmfs run` (study::run_nvmfs), \
+                 not as a target of this process",
+            )),
             Kind::Missing => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 format!("{}: not available on this machine", t.name),
@@ -508,6 +576,7 @@ impl StudyTarget {
             StudyTarget::Nvmfs(t) => serde_json::json!({
                 "image": t.image_path(),
                 "mode": "library, in-process",
+                "huge_mapped_bytes": t.fs().huge_mapped_bytes(),
             }),
             StudyTarget::Fuse(t) => serde_json::json!({
                 "image": t.image_path(),

@@ -383,7 +383,8 @@ fn linux2002_cells_run_and_write_scaling_figures() {
     let workloads = tiny_fsbench_workloads();
     assert_eq!(workloads.len(), 5);
     let device = targets::device_size_bytes(&workloads);
-    let targets = targets::discover_for(&linux2002::TARGETS, device, &cfg.only_targets).unwrap();
+    let targets =
+        targets::discover_for(&linux2002::TARGETS, device, &cfg.only_targets, &cfg.runner).unwrap();
     assert_eq!(targets.len(), 2, "{targets:?}");
     let mut cells = Vec::new();
     for w in &workloads {
@@ -448,7 +449,13 @@ fn linux2002_cells_run_and_write_scaling_figures() {
 #[test]
 fn linux2002_targets_are_the_papers_file_systems() {
     let plan = &linux2002::TARGETS;
-    let all = targets::discover_for(plan, kernel::MIN_DEVICE_BYTES, &[]).unwrap();
+    let all = targets::discover_for(
+        plan,
+        kernel::MIN_DEVICE_BYTES,
+        &[],
+        &targets::Runner::Absent,
+    )
+    .unwrap();
     let names: Vec<&str> = all.iter().map(|t| t.name.as_str()).collect();
     for wanted in [
         "nvmfs",
@@ -458,18 +465,13 @@ fn linux2002_targets_are_the_papers_file_systems() {
         "ext3-writeback",
         "xfs",
         "ext4",
+        "btrfs",
         "reiserfs",
         "jfs",
     ] {
         assert!(names.contains(&wanted), "{wanted} missing from {names:?}");
     }
-    for not_in_paper in [
-        "ext3-journal",
-        "ext4-nodelalloc",
-        "btrfs",
-        "tmpfs",
-        "ext2-xip",
-    ] {
+    for not_in_paper in ["ext3-journal", "ext4-nodelalloc", "tmpfs", "ext2-xip"] {
         assert!(!names.contains(&not_in_paper), "{not_in_paper} listed");
     }
     let by = |n: &str| all.iter().find(|t| t.name == n).unwrap();
@@ -491,13 +493,25 @@ fn linux2002_targets_are_the_papers_file_systems() {
         }
     }
     // A catalogue variant outside the plan runs when asked for by name.
-    let asked = targets::discover_for(plan, kernel::MIN_DEVICE_BYTES, &["btrfs".into()]).unwrap();
+    let asked = targets::discover_for(
+        plan,
+        kernel::MIN_DEVICE_BYTES,
+        &["tmpfs".into()],
+        &targets::Runner::Absent,
+    )
+    .unwrap();
     assert_eq!(asked.len(), 1);
     assert_eq!(
         (asked[0].name.as_str(), asked[0].paper_name.as_deref()),
-        ("btrfs", None)
+        ("tmpfs", None)
     );
-    let e = targets::discover_for(plan, kernel::MIN_DEVICE_BYTES, &["zfs".into()]).unwrap_err();
+    let e = targets::discover_for(
+        plan,
+        kernel::MIN_DEVICE_BYTES,
+        &["zfs".into()],
+        &targets::Runner::Absent,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("reiserfs"), "{e}");
     // nvm-2015's plan is the whole catalogue, with seed 000's names.
     let seed0 = targets::discover(kernel::MIN_DEVICE_BYTES, &[]).unwrap();
@@ -506,6 +520,81 @@ fn linux2002_targets_are_the_papers_file_systems() {
     assert!(seed0.iter().any(|t| t.name == "ext3-journal"));
     assert!(seed0.iter().any(|t| t.name == "ext2-xip"));
     assert!(!seed0.iter().any(|t| t.name == "reiserfs"));
+}
+
+#[test]
+fn run_nvmfs_is_listed_by_plan_and_available_with_a_runner() {
+    use targets::{Runner, RUN_NAME};
+    let dev = kernel::MIN_DEVICE_BYTES;
+    let run = |plan, only: &[String], runner: &Runner| {
+        targets::discover_for(plan, dev, only, runner)
+            .unwrap()
+            .into_iter()
+            .find(|t| t.name == RUN_NAME)
+    };
+    let bin = Runner::Binary(PathBuf::from("/usr/bin/nvmfs"));
+    // linux-2002 runs it by default; available only with a binary to start.
+    let t = run(&linux2002::TARGETS, &[], &bin).expect("listed");
+    assert!(t.is_run() && t.unavailable.is_none(), "{t:?}");
+    let t = run(&linux2002::TARGETS, &[], &Runner::Absent).expect("listed");
+    assert!(t.unavailable.unwrap().contains("nvmfs run"));
+    let why = Runner::Unavailable("no libnvmfs_preload.so".into());
+    let t = run(&linux2002::TARGETS, &[], &why).expect("listed");
+    assert_eq!(t.unavailable.as_deref(), Some("no libnvmfs_preload.so"));
+    // nvm-2015 only when named.
+    assert!(run(&targets::CATALOGUE, &[], &bin).is_none());
+    assert!(run(&targets::CATALOGUE, &[RUN_NAME.into()], &bin).is_some());
+    assert!(run(&linux2002::TARGETS, &["ext2".into()], &bin).is_none());
+    // It is nvmfs, never the best kernel variant.
+    assert!(targets::is_nvmfs(RUN_NAME) && !targets::is_kernel_variant(RUN_NAME));
+    // This process cannot host it: a cell must go to a child.
+    let t = run(&targets::CATALOGUE, &[RUN_NAME.into()], &bin).unwrap();
+    let spec = targets::ImageSpec {
+        bytes: 64 << 20,
+        inodes: 1024,
+    };
+    let e = targets::StudyTarget::create_sized(&t, std::path::Path::new("/dev/shm"), 0, spec)
+        .err()
+        .unwrap();
+    assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+}
+
+/// The child's cell comes back whole, a one-trial interval's infinite half-width and a NaN
+/// included (JSON would turn them into null and fail to read them back).
+#[test]
+fn a_cell_round_trips_through_cbor() {
+    let summary = crate::stats::Summary::of(&[5.0]).unwrap();
+    assert!(summary.ci95_half_width.is_infinite(), "{summary:?}");
+    let cell = Cell {
+        workload: "aim7".into(),
+        target: "dir:/nvmfs".into(),
+        paper_name: None,
+        status: CellStatus::StoppedEarly("full".into()),
+        result: Some(CellResult::FsBench(fsbench::BenchResult {
+            program: fsbench::Program::Aim7,
+            metric: "jobs/min".into(),
+            setup_seconds: 0.0,
+            setup: serde_json::Value::Null,
+            trials: Vec::new(),
+            ops_per_sec: Some(summary),
+            mb_per_sec: Some(f64::NAN),
+            sweep: None,
+            stopped_early: Some("full".into()),
+        })),
+        provision: Some(serde_json::json!({"directory": "/nvmfs/x"})),
+        wall_seconds: 1.5,
+    };
+    let mut bytes = Vec::new();
+    ciborium::into_writer(&cell, &mut bytes).unwrap();
+    let back: Cell = ciborium::from_reader(bytes.as_slice()).unwrap();
+    assert_eq!(back.status, cell.status);
+    assert_eq!(back.provision, cell.provision);
+    let s = back.ops_per_sec().unwrap();
+    assert_eq!(s.mean, 5.0);
+    assert_eq!(s.ci95_half_width, f64::INFINITY);
+    let mb = back.result.as_ref().and_then(|r| r.fsbench()?.mb_per_sec);
+    assert!(mb.is_some_and(f64::is_nan), "{mb:?}");
+    assert!(serde_json::from_slice::<Cell>(&serde_json::to_vec(&cell).unwrap()).is_err());
 }
 
 #[test]

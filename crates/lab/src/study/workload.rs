@@ -4,10 +4,10 @@
 use super::database::{TpccWorkload, YcsbWorkload};
 use super::fsbench::{self, Aim7Workload, FilemarkWorkload, PgmeterWorkload};
 use crate::filebench::PersonalityConfig;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How big a run is relative to the paper's own sizes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Size {
     /// 1/50 of the paper's file counts; under 15 minutes on 2 cores.

@@ -11,4 +11,5 @@ pub mod fuse;
 #[cfg(test)]
 pub mod mem;
 pub mod nvmfs;
+pub mod preload;
 pub mod sys;
