@@ -158,7 +158,10 @@ impl Tx<'_> {
             return;
         }
         self.arm(s);
-        for &(off, start, len) in &s.redo {
+        for (k, &(off, start, len)) in s.redo.iter().enumerate() {
+            if k == 1 {
+                crate::hook::at(crate::hook::Point::TxApplied);
+            }
             let data = &s.redo_bytes[start..start + len];
             if len == 8 && off % 8 == 0 {
                 // Whole aligned words go in one atomic store: hash-table slots and directory
@@ -339,6 +342,48 @@ mod tests {
                 .0,
             LaneState::Idle
         );
+    }
+
+    /// A panic between arming and clearing (here after the first of two in-place writes) must
+    /// not leave the record for the lane's next transaction to overwrite: the half-applied
+    /// transaction would then survive a crash with no undo record left.
+    #[test]
+    fn panic_mid_commit_leaves_no_half_applied_transaction() {
+        let (pm, geo) = setup();
+        let j = Journal::new(&geo);
+        let (a, b, c) = (
+            geo.itable_start * BLOCK_SIZE + 256,
+            geo.itable_start * BLOCK_SIZE + 512,
+            geo.itable_start * BLOCK_SIZE + 1024,
+        );
+        pm.write(a, &[1; 16]);
+        pm.write(b, &[1; 16]);
+        crate::hook::set(|p| {
+            if p == crate::hook::Point::TxApplied {
+                panic!("injected panic mid-commit");
+            }
+        });
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut tx = j.begin(&pm);
+            tx.write(a, &[2; 16]);
+            tx.write(b, &[2; 16]);
+            tx.commit();
+        }));
+        crate::hook::clear();
+        assert!(r.is_err(), "the hook did not run");
+        // The lane's next transaction, then a crash: recovery rolls back what is armed.
+        let mut tx = j.begin(&pm);
+        tx.write(c, &[3; 8]);
+        tx.commit();
+        for lane in 0..geo.journal_lanes {
+            let limit = geo.total_blocks * BLOCK_SIZE;
+            if let (LaneState::Armed { .. }, entries) = read_lane(&pm, &geo, lane, limit).unwrap() {
+                roll_back(&pm, &geo, lane, &entries);
+            }
+        }
+        assert_eq!(pm.bytes(a, 16), &[1; 16], "half of the panicked transaction stayed");
+        assert_eq!(pm.bytes(b, 16), &[1; 16]);
+        assert_eq!(pm.bytes(c, 8), &[3; 8]);
     }
 
     #[test]

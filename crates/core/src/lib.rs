@@ -17,6 +17,7 @@
 
 pub mod alloc;
 pub mod fs;
+mod hook;
 pub mod fsck;
 pub mod info;
 pub mod journal;

@@ -9,6 +9,8 @@ pub(crate) mod mount;
 mod ops;
 mod path;
 mod peers;
+#[cfg(test)]
+mod races;
 mod rename;
 
 use std::io;

@@ -449,6 +449,7 @@ impl Fs {
     /// Finds `name` in directory `parent` and returns its attributes.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> io::Result<Metadata> {
         let (ino, _) = self.lookup_ino(parent, name)?;
+        crate::hook::at(crate::hook::Point::Resolved { ino: ino as u32 });
         self.getattr(ino)
     }
 
@@ -786,6 +787,7 @@ impl Fs {
         let Some(unlinked_here) = inner.open.release(ino) else {
             return Ok(());
         };
+        crate::hook::at(crate::hook::Point::Released { ino });
         if inner.read_only {
             return Ok(());
         }

@@ -35,6 +35,7 @@ impl Fs {
                 return Err(errno(libc::ENOTDIR));
             }
             let next = self.lookup_ino(cur.0, c)?;
+            crate::hook::at(crate::hook::Point::Resolved { ino: next.0 as u32 });
             if next.1 == FileType::Symlink && (iter.peek().is_some() || follow) {
                 // Rare path: rebuild the remaining components behind the link target.
                 let rest: Vec<&[u8]> = iter.collect();
@@ -78,6 +79,7 @@ impl Fs {
                 return Err(errno(libc::ENOTDIR));
             }
             let next = self.lookup_ino(cur.0, &c)?;
+            crate::hook::at(crate::hook::Point::Resolved { ino: next.0 as u32 });
             if next.1 == FileType::Symlink && (!queue.is_empty() || follow) {
                 pending_link = Some(next.0);
             } else {

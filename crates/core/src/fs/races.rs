@@ -1,0 +1,230 @@
+//! Races between resolving a name and acting on it, and between dropping the last reference
+//! and freeing. Each test makes the racing operation happen inside the window through a
+//! `hook` point, so it fails every run when the window is open, not once in a while.
+//!
+//! The name races all rely on inode numbers being reused at once: the pools hand out the
+//! number freed last first (`alloc.rs`), so a file created right after an unlink gets the
+//! unlinked file's number (each test asserts that it did, so a changed allocator cannot make
+//! them pass vacuously). The new file's generation is one more than the old one's.
+
+use std::cell::Cell;
+use std::io;
+use std::rc::Rc;
+
+use super::{FormatOptions, Fs, Metadata, OpenOptions};
+use crate::hook::{self, Point};
+
+const OLD: &[u8] = b"old file";
+const NEW: &[u8] = b"new file";
+
+fn fresh() -> Fs {
+    Fs::format_in_memory(&FormatOptions {
+        size_bytes: 16 << 20,
+        inode_count: None,
+    })
+    .unwrap()
+}
+
+/// An image with `d/f` holding `OLD`: (fs, d, f).
+fn with_dir_file() -> (Fs, Metadata, Metadata) {
+    let fs = fresh();
+    fs.create_dir("d").unwrap();
+    fs.write_file("d/f", OLD).unwrap();
+    let d = fs.metadata("d").unwrap();
+    let f = fs.metadata("d/f").unwrap();
+    (fs, d, f)
+}
+
+/// Runs `f` once, on this thread, when a name resolves to `ino`. The returned flag says
+/// whether it ran (a test whose race never happened proves nothing).
+fn on_resolving(ino: u64, f: impl FnOnce() + 'static) -> Rc<Cell<bool>> {
+    let ran = Rc::new(Cell::new(false));
+    let r = ran.clone();
+    let mut f = Some(f);
+    hook::set(move |p| {
+        if p == (Point::Resolved { ino: ino as u32 }) {
+            if let Some(f) = f.take() {
+                f();
+                r.set(true);
+            }
+        }
+    });
+    ran
+}
+
+/// Ends the race: the hook must have run.
+fn finish(ran: Rc<Cell<bool>>) {
+    hook::clear();
+    assert!(ran.get(), "the racing operation never ran");
+}
+
+/// Removes `d/f` and `d`, then creates `e/f` holding `NEW`, which reuse their numbers.
+fn replace_dir(fs: &Fs, d: &Metadata, f: &Metadata) {
+    fs.remove_file("d/f").unwrap();
+    fs.remove_dir("d").unwrap();
+    fs.create_dir("e").unwrap();
+    fs.write_file("e/f", NEW).unwrap();
+    let (e, ef) = (fs.metadata("e").unwrap(), fs.metadata("e/f").unwrap());
+    assert_eq!((e.ino, ef.ino), (d.ino, f.ino), "numbers not reused: test is vacuous");
+    assert_ne!(ef.generation, f.generation);
+}
+
+fn is_enoent<T>(r: &io::Result<T>) -> bool {
+    matches!(r, Err(e) if e.raw_os_error() == Some(libc::ENOENT))
+}
+
+/// The new file `e/f` still holds `NEW` with the mode it was created with.
+fn assert_new_untouched(fs: &Fs) {
+    assert_eq!(fs.read_file("e/f").unwrap(), NEW);
+    assert_eq!(fs.metadata("e/f").unwrap().perm, 0o644, "chmod reached the new file");
+}
+
+#[test]
+fn chmod_through_a_replaced_directory_reaches_no_new_file() {
+    let (fs, d, f) = with_dir_file();
+    let fs2 = fs.clone();
+    let ran = on_resolving(d.ino, move || replace_dir(&fs2, &d, &f));
+    let r = fs.set_permissions("d/f", 0o600);
+    finish(ran);
+    assert_new_untouched(&fs);
+    assert!(is_enoent(&r), "{r:?}");
+}
+
+#[test]
+fn open_through_a_replaced_directory_reaches_no_new_file() {
+    let (fs, d, f) = with_dir_file();
+    let fs2 = fs.clone();
+    let ran = on_resolving(d.ino, move || replace_dir(&fs2, &d, &f));
+    let r = OpenOptions::new().read(true).open(&fs, "d/f");
+    finish(ran);
+    if let Ok(h) = &r {
+        let mut buf = vec![0; 16];
+        let n = h.read_at(&mut buf, 0).unwrap();
+        assert_ne!(&buf[..n], NEW, "open by path reached the new file");
+    }
+    assert!(is_enoent(&r), "{:?}", r.map(|h| h.ino()));
+}
+
+#[test]
+fn open_through_a_symlink_reaches_no_new_file() {
+    let (fs, d, f) = with_dir_file();
+    fs.symlink_path("d/f", "s").unwrap();
+    let fs2 = fs.clone();
+    let ran = on_resolving(d.ino, move || replace_dir(&fs2, &d, &f));
+    let r = OpenOptions::new().read(true).open(&fs, "s");
+    finish(ran);
+    if let Ok(h) = &r {
+        let mut buf = vec![0; 16];
+        let n = h.read_at(&mut buf, 0).unwrap();
+        assert_ne!(&buf[..n], NEW, "open through a symlink reached the new file");
+    }
+    assert!(is_enoent(&r), "{:?}", r.map(|h| h.ino()));
+}
+
+#[test]
+fn hard_link_through_a_replaced_directory_links_no_new_file() {
+    let (fs, d, f) = with_dir_file();
+    let fs2 = fs.clone();
+    let ran = on_resolving(d.ino, move || replace_dir(&fs2, &d, &f));
+    let r = fs.hard_link("d/f", "g");
+    finish(ran);
+    assert!(is_enoent(&fs.metadata("g")), "link reached the new file");
+    assert!(is_enoent(&r), "{r:?}");
+    assert_eq!(fs.metadata("e/f").unwrap().nlink, 1);
+}
+
+#[test]
+fn create_in_a_replaced_directory_lands_nowhere_else() {
+    let (fs, d, f) = with_dir_file();
+    let fs2 = fs.clone();
+    let ran = on_resolving(d.ino, move || replace_dir(&fs2, &d, &f));
+    let r = fs.write_file("d/x", b"x");
+    finish(ran);
+    assert!(is_enoent(&fs.metadata("e/x")), "create landed in the new directory");
+    assert!(is_enoent(&r), "{r:?}");
+}
+
+/// A file `f` holding `OLD` and a closure that replaces it by `g` holding `NEW`, which
+/// reuses its number.
+fn flat_replace(fs: &Fs) -> (Metadata, impl FnOnce() + 'static) {
+    fs.write_file("f", OLD).unwrap();
+    let f = fs.metadata("f").unwrap();
+    let (fs, old) = (fs.clone(), f.clone());
+    let replace = move || {
+        fs.remove_file("f").unwrap();
+        fs.write_file("g", NEW).unwrap();
+        let g = fs.metadata("g").unwrap();
+        assert_eq!(g.ino, old.ino, "not reused: test is vacuous");
+    };
+    (f, replace)
+}
+
+/// Unlink + create of a flat name between the lookup and the act.
+#[test]
+fn chmod_of_a_replaced_name_reaches_no_new_file() {
+    let fs = fresh();
+    let (f, replace) = flat_replace(&fs);
+    let ran = on_resolving(f.ino, replace);
+    let r = fs.set_permissions("f", 0o600);
+    finish(ran);
+    assert_eq!(fs.metadata("g").unwrap().perm, 0o644, "chmod reached the new file");
+    assert!(is_enoent(&r), "{r:?}");
+}
+
+/// The inode API's lookup: name -> number, then the attributes of that number.
+#[test]
+fn lookup_of_a_replaced_name_returns_no_new_file() {
+    let fs = fresh();
+    let (f, replace) = flat_replace(&fs);
+    let ran = on_resolving(f.ino, replace);
+    let r = fs.lookup(super::ops::ROOT, b"f");
+    finish(ran);
+    if let Ok(m) = &r {
+        assert_eq!(m.generation, f.generation, "lookup returned the new file");
+    }
+    assert!(is_enoent(&r), "{r:?}");
+}
+
+/// `release_ino` of the last reference to an unlinked inode, with `open_ino` of the same
+/// number from another thread between dropping the reference and freeing: the opener must
+/// either fail or keep a live inode, never hold a freed one.
+#[test]
+fn open_ino_racing_the_last_release_never_pins_a_freed_inode() {
+    let fs = fresh();
+    fs.write_file("f", OLD).unwrap();
+    let ino = fs.metadata("f").unwrap().ino;
+    fs.open_ino(ino).unwrap();
+    fs.remove_file("f").unwrap();
+    let (released_tx, released_rx) = std::sync::mpsc::channel();
+    let (opened_tx, opened_rx) = std::sync::mpsc::channel::<()>();
+    let opener = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            released_rx.recv().unwrap();
+            let r = fs.open_ino(ino);
+            let _ = opened_tx.send(());
+            r
+        })
+    };
+    let waited = Rc::new(Cell::new(false));
+    let w = waited.clone();
+    hook::set(move |p| {
+        if p == (Point::Released { ino: ino as u32 }) {
+            released_tx.send(()).unwrap();
+            // Long enough for the opener to finish unless a lock makes it wait for us.
+            let _ = opened_rx.recv_timeout(std::time::Duration::from_millis(300));
+            w.set(true);
+        }
+    });
+    fs.release_ino(ino).unwrap();
+    hook::clear();
+    assert!(waited.get(), "the hook point was not reached");
+    match opener.join().unwrap() {
+        Ok(()) => {
+            let m = fs.getattr(ino);
+            assert!(m.is_ok(), "open_ino holds a freed inode: {m:?}");
+            fs.release_ino(ino).unwrap();
+        }
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOENT)),
+    }
+}

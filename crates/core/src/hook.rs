@@ -1,0 +1,62 @@
+//! Pause points inside operations, for tests that need a race to happen at one exact place.
+//!
+//! A race between resolving a name and acting on it, or between dropping a reference and
+//! freeing, is a window of a few instructions: a stress loop on a busy two-core machine
+//! rarely hits it. A unit test installs a closure on its own thread (`set`) that runs at the
+//! chosen point (`at`) and does the racing operation there, so the race happens every run.
+//! Outside `cfg(test)` `at` is an empty inline function.
+
+/// Where an operation calls `at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Point {
+    /// A path component (or an inode-API name lookup) was resolved to inode `ino`; nothing
+    /// that names it is held any more.
+    Resolved { ino: u32 },
+    /// `release_ino` dropped the open reference of `ino` and has not freed it yet.
+    Released { ino: u32 },
+    /// A transaction's record is armed and its first in-place write applied.
+    TxApplied,
+}
+
+#[cfg(test)]
+mod imp {
+    use super::Point;
+    use std::cell::RefCell;
+
+    type Hook = Box<dyn FnMut(Point)>;
+
+    thread_local! {
+        static HOOK: RefCell<Option<Hook>> = const { RefCell::new(None) };
+    }
+
+    /// Runs this thread's hook, if any. It is taken out while it runs, so the file-system
+    /// calls it makes pass their own points without re-entering it.
+    pub(crate) fn at(p: Point) {
+        let Some(mut f) = HOOK.with(|h| h.borrow_mut().take()) else {
+            return;
+        };
+        f(p);
+        HOOK.with(|h| {
+            let mut slot = h.borrow_mut();
+            if slot.is_none() {
+                *slot = Some(f);
+            }
+        });
+    }
+
+    /// Installs `f` on this thread until `clear`.
+    pub(crate) fn set(f: impl FnMut(Point) + 'static) {
+        HOOK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    pub(crate) fn clear() {
+        HOOK.with(|h| *h.borrow_mut() = None);
+    }
+}
+
+#[cfg(test)]
+pub(crate) use imp::{at, clear, set};
+
+#[cfg(not(test))]
+#[inline(always)]
+pub(crate) fn at(_: Point) {}
