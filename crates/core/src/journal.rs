@@ -92,18 +92,24 @@ impl Journal {
             lane_off: self.lane_offs[lane],
             capacity: self.lane_capacity,
             seq: &self.seq,
+            armed: false,
         }
     }
 }
 
 /// An open transaction. Dropping it without `commit` discards the staged writes (the fresh
-/// writes already stored are in free space and harmless).
+/// writes already stored are in free space and harmless). A panic inside `commit` after the
+/// record was armed rolls the transaction back as it unwinds (`Drop`), before the lane's lock
+/// is released: otherwise the lane's next transaction would overwrite the only undo record
+/// of a half-applied one.
 pub struct Tx<'a> {
     pm: &'a Pm,
     staging: MutexGuard<'a, Staging>,
     lane_off: u64,
     capacity: usize,
     seq: &'a AtomicU64,
+    /// From just before arming until the record is cleared.
+    armed: bool,
 }
 
 impl Tx<'_> {
@@ -147,7 +153,7 @@ impl Tx<'_> {
     }
 
     /// Makes the staged writes durable and atomic (see the module comment).
-    pub fn commit(self) {
+    pub fn commit(mut self) {
         let pm = self.pm;
         let s = &*self.staging;
         for &(off, len) in &s.fresh {
@@ -157,6 +163,7 @@ impl Tx<'_> {
             pm.fence();
             return;
         }
+        self.armed = true;
         self.arm(s);
         for (k, &(off, start, len)) in s.redo.iter().enumerate() {
             if k == 1 {
@@ -176,6 +183,7 @@ impl Tx<'_> {
         pm.store_u64(self.lane_off + O_STATE as u64, 0);
         pm.persist(self.lane_off, 8);
         pm.fence();
+        self.armed = false;
     }
 
     fn arm(&self, s: &Staging) {
@@ -193,6 +201,41 @@ impl Tx<'_> {
         pm.store_u64(self.lane_off, ARMED);
         pm.persist(self.lane_off, HEADER_LEN + s.undo.len());
         pm.fence();
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.roll_back_staged();
+        }
+    }
+}
+
+impl Tx<'_> {
+    /// Restores the old bytes of every staged write, newest first, and clears the record, as
+    /// recovery's `roll_back` would from the media copy. Only while unwinding from `commit`;
+    /// a second panic in here aborts the process, which leaves the record armed for the next
+    /// mount to roll back.
+    fn roll_back_staged(&self) {
+        let s = &*self.staging;
+        let mut entries = Vec::with_capacity(s.count as usize);
+        let mut at = 0;
+        for _ in 0..s.count {
+            let off = get_u64(&s.undo, at);
+            let len = get_u32(&s.undo, at + 8) as usize;
+            let old = &s.undo[at + ENTRY_HEADER..at + ENTRY_HEADER + len];
+            entries.push((off, old));
+            at = (at + ENTRY_HEADER + len).next_multiple_of(8);
+        }
+        for &(off, old) in entries.iter().rev() {
+            self.pm.write(off, old);
+            self.pm.persist(off, old.len());
+        }
+        self.pm.fence();
+        self.pm.store_u64(self.lane_off + O_STATE as u64, 0);
+        self.pm.persist(self.lane_off, 8);
+        self.pm.fence();
     }
 }
 

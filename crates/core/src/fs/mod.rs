@@ -6,6 +6,7 @@ pub mod dir;
 mod direct;
 mod locks;
 pub(crate) mod mount;
+mod node;
 mod ops;
 mod path;
 mod peers;
