@@ -16,6 +16,9 @@ pub(crate) enum Point {
     Released { ino: u32 },
     /// A transaction's record is armed and its first in-place write applied.
     TxApplied,
+    /// A write published its blocks past the old `map_end` and has not stored the size
+    /// that covers them.
+    Published,
 }
 
 #[cfg(test)]

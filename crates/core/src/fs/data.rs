@@ -263,6 +263,7 @@ impl Inner {
         for &(c, lblk) in &outside {
             self.map.publish(&self.pm, c, ino, lblk);
         }
+        crate::hook::at(crate::hook::Point::Published);
         if !inside.is_empty() {
             let mut i = i.clone();
             let added = outside.len() as u64;
