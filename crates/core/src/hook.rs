@@ -19,6 +19,8 @@ pub(crate) enum Point {
     /// A write published its blocks past the old `map_end` and has not stored the size
     /// that covers them.
     Published,
+    /// `fsck -n` or `info` has its view of the image and has not read it yet.
+    ViewTaken,
 }
 
 #[cfg(test)]

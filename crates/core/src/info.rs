@@ -65,7 +65,7 @@ pub fn inspect(path: &Path) -> io::Result<Info> {
             format!("{}: too small to be an nvmfs image", path.display()),
         ));
     }
-    let pm = Pm::map_file(&f, path, len, false)?;
+    let pm = crate::fs::mount::stable_view(&f, path, len, || Pm::map_file(&f, path, len, false))?;
     inspect_pm(&pm)
 }
 

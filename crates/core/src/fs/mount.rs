@@ -444,6 +444,52 @@ pub(crate) fn lock_image(f: &std::fs::File, path: &Path, exclusive: bool) -> io:
     Ok(())
 }
 
+/// A view of an image file for a reader that does not mount it (`fsck -n`, `info`), which
+/// stays what it was while the reader looks at it. A mapping alone would not: `mkfs --force`
+/// can truncate the file under it (the reader dies of SIGBUS), and a read-write mount changes
+/// the pages it has not touched yet (a private mapping copies a page only when written).
+///
+/// With the image's shared lock (taken on `f`, held until `f` is closed), nobody can format
+/// the image or mount it read-write meanwhile, so `map` is stable. When the exclusive lock is
+/// held elsewhere (a read-write mount, a format, a repair), the bytes are copied into memory
+/// with `pread` instead, which a truncation can only cut short (an error), never fault.
+pub(crate) fn stable_view(
+    f: &std::fs::File,
+    path: &Path,
+    len: u64,
+    map: impl FnOnce() -> io::Result<Pm>,
+) -> io::Result<Pm> {
+    let view = match lock_image(f, path, false) {
+        Ok(()) => map()?,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => copy_image(f, path, len)?,
+        Err(e) => return Err(e),
+    };
+    crate::hook::at(crate::hook::Point::ViewTaken);
+    Ok(view)
+}
+
+/// The first `len` bytes of `f`, read into memory.
+fn copy_image(f: &std::fs::File, path: &Path, len: u64) -> io::Result<Pm> {
+    use std::os::unix::fs::FileExt;
+    const CHUNK: usize = 1 << 20;
+    let pm = Pm::in_memory(len);
+    let mut buf = vec![0u8; CHUNK];
+    let mut off = 0;
+    while off < len {
+        let want = CHUNK.min((len - off) as usize);
+        let n = f.read_at(&mut buf[..want], off)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{}: image shrank while being read", path.display()),
+            ));
+        }
+        pm.write(off, &buf[..n]);
+        off += n as u64;
+    }
+    Ok(pm)
+}
+
 /// Refuses a region too short to hold the superblocks and the state block.
 pub(crate) fn check_region_len(pm: &Pm) -> io::Result<()> {
     if pm.len() < (STATE_BLOCK + 1) * BLOCK_SIZE {

@@ -259,3 +259,75 @@ fn panic_mid_write_leaves_no_stray_block() {
     assert_eq!(inner.map.lookup(&inner.pm, f.ino() as u32, 3), None, "stray left mapped");
     assert_eq!(fs.statfs().blocks_free, free_before);
 }
+
+/// A formatted 16 MiB image file (unmounted) in a fresh directory.
+fn image_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("img");
+    Fs::format(
+        &path,
+        &FormatOptions {
+            size_bytes: 16 << 20,
+            inode_count: None,
+        },
+    )
+    .unwrap();
+    (dir, path)
+}
+
+/// While `fsck -n` or `info` reads an unmounted image, a format (which truncates the file
+/// first) must be refused: it takes the image's exclusive lock, which they now hold off.
+#[test]
+fn fsck_and_info_hold_off_a_format_while_they_read() {
+    let (_dir, path) = image_file();
+    type Reader = fn(&std::path::Path) -> bool;
+    let readers: [(&str, Reader); 2] = [
+        ("fsck -n", |p| crate::fsck::check_image(p).unwrap().is_clean()),
+        ("info", |p| crate::info::inspect(p).unwrap().clean),
+    ];
+    for (name, read) in readers {
+        let could_format = Rc::new(Cell::new(None));
+        let (c, p) = (could_format.clone(), path.clone());
+        hook::set(move |pt| {
+            if pt == Point::ViewTaken {
+                // Exactly what `Fs::format` does before it truncates.
+                let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+                c.set(Some(super::mount::lock_image(&f, &p, true).is_ok()));
+            }
+        });
+        let clean = read(&path);
+        hook::clear();
+        assert_eq!(could_format.get(), Some(false), "{name}: a format could truncate the image");
+        assert!(clean, "{name}");
+    }
+}
+
+/// While a read-write mount holds the image, `fsck -n` and `info` read a copy: the file
+/// shrinking under them (a format after the mount ends) cannot fault them or change what
+/// they read.
+#[test]
+fn fsck_and_info_of_a_mounted_image_survive_its_truncation() {
+    let (_dir, path) = image_file();
+    let fs = Fs::mount(&path, &Default::default()).unwrap();
+    fs.write_file("f", OLD).unwrap();
+    type Reader = fn(&std::path::Path) -> u64;
+    let readers: [(&str, Reader); 2] = [
+        ("fsck -n", |p| crate::fsck::check_image(p).unwrap().inodes_in_use),
+        ("info", |p| crate::info::inspect(p).unwrap().inodes_used),
+    ];
+    for (name, read) in readers {
+        let bytes = std::fs::read(&path).unwrap();
+        let p = path.clone();
+        hook::set(move |pt| {
+            if pt == Point::ViewTaken {
+                let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+                f.set_len(0).unwrap();
+            }
+        });
+        let inodes = read(&path);
+        hook::clear();
+        assert_eq!(inodes, 2, "{name}: root and f");
+        std::fs::write(&path, &bytes).unwrap();
+    }
+    fs.unmount().unwrap();
+}
