@@ -115,7 +115,7 @@ pub struct Tx<'a> {
 impl Tx<'_> {
     /// Stages an in-place write of `data` at `off`, logging the bytes there now.
     pub fn write(&mut self, off: u64, data: &[u8]) {
-        let old = self.pm.bytes(off, data.len()).to_vec();
+        let old = self.pm.read_vec(off, data.len());
         self.write_with_old(off, &old, data);
     }
 
@@ -169,14 +169,7 @@ impl Tx<'_> {
             if k == 1 {
                 crate::hook::at(crate::hook::Point::TxApplied);
             }
-            let data = &s.redo_bytes[start..start + len];
-            if len == 8 && off % 8 == 0 {
-                // Whole aligned words go in one atomic store: hash-table slots and directory
-                // headers are read concurrently and must never be seen torn.
-                pm.store_u64(off, get_u64(data, 0));
-            } else {
-                pm.write(off, data);
-            }
+            put_in_place(pm, off, &s.redo_bytes[start..start + len]);
             pm.persist(off, len);
         }
         pm.fence();
@@ -229,13 +222,25 @@ impl Tx<'_> {
             at = (at + ENTRY_HEADER + len).next_multiple_of(8);
         }
         for &(off, old) in entries.iter().rev() {
-            self.pm.write(off, old);
+            put_in_place(self.pm, off, old);
             self.pm.persist(off, old.len());
         }
         self.pm.fence();
         self.pm.store_u64(self.lane_off + O_STATE as u64, 0);
         self.pm.persist(self.lane_off, 8);
         self.pm.fence();
+    }
+}
+
+/// Stores a transaction's in-place bytes (new on commit, old on roll-back). Whole aligned
+/// words go as atomic word stores: hash-table slots, directory headers and inode records are
+/// read concurrently, word by word and without a lock (`load_u64`), and must never be seen
+/// torn nor race a plain copy. Anything else is a plain copy under the caller's locks.
+fn put_in_place(pm: &Pm, off: u64, data: &[u8]) {
+    if off % 8 == 0 && data.len() % 8 == 0 {
+        pm.store_words(off, data);
+    } else {
+        pm.write(off, data);
     }
 }
 
@@ -272,7 +277,7 @@ pub fn read_lane(
 ) -> Result<(LaneState, Vec<UndoEntry>), Corrupted> {
     let off = geo.lane_off(lane);
     let cap = geo.lane_blocks as usize * BLOCK_SIZE as usize;
-    let rec = pm.bytes(off, cap);
+    let rec = &pm.read_vec(off, cap);
     if get_u64(rec, O_STATE) != ARMED {
         return Ok((LaneState::Idle, Vec::new()));
     }
@@ -319,7 +324,7 @@ pub fn read_lane(
 /// Rolls back an armed record and clears the lane.
 pub fn roll_back(pm: &Pm, geo: &Geometry, lane: u32, entries: &[UndoEntry]) {
     for e in entries.iter().rev() {
-        pm.write(e.off, &e.old);
+        put_in_place(pm, e.off, &e.old);
         pm.persist(e.off, e.old.len());
     }
     pm.fence();
@@ -351,7 +356,7 @@ mod tests {
         let mut tx = j.begin(&pm);
         tx.write(target, &[9; 20]);
         tx.commit();
-        assert_eq!(pm.bytes(target, 20), &[9; 20]);
+        assert_eq!(&pm.read_vec(target, 20), &[9; 20]);
         for lane in 0..geo.journal_lanes {
             let (state, _) = read_lane(&pm, &geo, lane, geo.total_blocks * BLOCK_SIZE).unwrap();
             assert_eq!(state, LaneState::Idle);
@@ -377,7 +382,7 @@ mod tests {
         let (state, entries) = read_lane(&pm, &geo, lane, geo.total_blocks * BLOCK_SIZE).unwrap();
         assert_eq!(state, LaneState::Armed { entries: 2 });
         roll_back(&pm, &geo, lane, &entries);
-        assert_eq!(pm.bytes(a, 16), &[1; 16]);
+        assert_eq!(&pm.read_vec(a, 16), &[1; 16]);
         assert_eq!(pm.load_u64(b), 0);
         assert_eq!(
             read_lane(&pm, &geo, lane, geo.total_blocks * BLOCK_SIZE)
@@ -424,9 +429,13 @@ mod tests {
                 roll_back(&pm, &geo, lane, &entries);
             }
         }
-        assert_eq!(pm.bytes(a, 16), &[1; 16], "half of the panicked transaction stayed");
-        assert_eq!(pm.bytes(b, 16), &[1; 16]);
-        assert_eq!(pm.bytes(c, 8), &[3; 8]);
+        assert_eq!(
+            &pm.read_vec(a, 16),
+            &[1; 16],
+            "half of the panicked transaction stayed"
+        );
+        assert_eq!(&pm.read_vec(b, 16), &[1; 16]);
+        assert_eq!(&pm.read_vec(c, 8), &[3; 8]);
     }
 
     #[test]

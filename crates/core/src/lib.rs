@@ -17,8 +17,8 @@
 
 pub mod alloc;
 pub mod fs;
-mod hook;
 pub mod fsck;
+mod hook;
 pub mod info;
 pub mod journal;
 pub mod layout;

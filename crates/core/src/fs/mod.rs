@@ -195,7 +195,7 @@ impl Inner {
             return Err(errno(libc::ENOENT));
         }
         let off = self.geo.inode_off(ino as u64);
-        let raw = Inode::decode_raw(self.pm.bytes(off, INODE_SIZE as usize));
+        let raw = Inode::decode_raw(&self.pm.read_array::<{ INODE_SIZE as usize }>(off));
         if raw.is_free() {
             return Err(errno(libc::ENOENT));
         }
@@ -239,8 +239,9 @@ impl Inner {
     /// or remove in a directory holds the directory inode's stripe for its transaction, and
     /// lookups in a busy directory would queue behind it. The words are safe to read
     /// unlocked: a live directory's type and generation do not change, freeing the record is
-    /// one atomic store of the first word, and a count caught mid-update only sends the call
-    /// to the locked path.
+    /// one atomic store of the first word, a transaction rewrites the record with atomic word
+    /// stores (`journal::put_in_place`: never a plain copy these loads could race), and a count
+    /// caught mid-update only sends the call to the locked path.
     pub fn dir(&self, ino: u32) -> io::Result<Arc<DirState>> {
         if let Some(ds) = self.dirs.peek(ino) {
             if ino != 0 && (ino as u64) < self.geo.inode_count {

@@ -250,7 +250,7 @@ impl Fs {
                 inner: Arc::new(inner),
             });
         }
-        let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
+        let state = MountState::decode(&pm.read_vec(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
         let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
         let mut report = RecoveryReport {
             unclean,
@@ -504,11 +504,14 @@ pub(crate) fn check_region_len(pm: &Pm) -> io::Result<()> {
 /// Reads the primary superblock, falling back to the replica. Returns (superblock, used the
 /// replica). When both are bad the primary's error is reported.
 pub(crate) fn read_superblock(pm: &Pm) -> io::Result<(Superblock, bool)> {
-    let primary = Superblock::decode(pm.bytes(PRIMARY_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize), 0);
+    let primary = Superblock::decode(
+        &pm.read_vec(PRIMARY_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
+        0,
+    );
     match primary {
         Ok(sb) => Ok((sb, false)),
         Err(e) => match Superblock::decode(
-            pm.bytes(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
+            &pm.read_vec(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
             BLOCK_SIZE,
         ) {
             Ok(sb) => Ok((sb, true)),
@@ -559,18 +562,22 @@ pub(crate) fn scan_inodes(pm: &Pm, geo: &Geometry) -> Result<InodeScan, Corrupte
         orphans: Vec::new(),
     };
     let root_off = geo.inode_off(ROOT_INO);
-    let root = Inode::decode_raw(pm.bytes(root_off, INODE_SIZE as usize));
+    let root = Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(root_off));
     if !root.is_dir() || root.parent != ROOT_INO as u32 || root.nlink < 2 {
         return Err(corrupted("inode: root directory", root_off));
     }
     for ino in 1..geo.inode_count {
         let off = geo.inode_off(ino);
-        let mode = u32::from_le_bytes(pm.bytes(off, 4).try_into().expect("4 bytes"));
+        let mode = u32::from_le_bytes(pm.read_array::<4>(off));
         if mode == 0 {
             scan.free.push(ino as u32);
             continue;
         }
-        let i = Inode::decode(pm.bytes(off, INODE_SIZE as usize), off, geo.inode_count)?;
+        let i = Inode::decode(
+            &pm.read_array::<{ INODE_SIZE as usize }>(off),
+            off,
+            geo.inode_count,
+        )?;
         if i.nlink == 0 {
             scan.orphans.push(ino as u32);
         }
@@ -620,7 +627,9 @@ pub(crate) fn repair_table(
         };
         if unclean {
             let owner_ok = (ino as u64) < geo.inode_count && {
-                let i = Inode::decode_raw(pm.bytes(geo.inode_off(ino as u64), INODE_SIZE as usize));
+                let i = Inode::decode_raw(
+                    &pm.read_array::<{ INODE_SIZE as usize }>(geo.inode_off(ino as u64)),
+                );
                 !i.is_free() && (lblk as u64) < allowed_blocks(&i)
             };
             if !owner_ok {
@@ -649,7 +658,7 @@ fn fix_block_counts(
     use crate::layout::inode::O_BLOCKS;
     for ino in 1..geo.inode_count {
         let off = geo.inode_off(ino);
-        let i = Inode::decode_raw(pm.bytes(off, INODE_SIZE as usize));
+        let i = Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(off));
         if i.is_free() {
             continue;
         }
@@ -743,7 +752,7 @@ impl Inner {
     /// shared mount).
     pub(crate) fn write_clean(&self) -> io::Result<()> {
         self.pm.sync_backing()?;
-        let mut st = MountState::decode(self.pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN))
+        let mut st = MountState::decode(&self.pm.read_vec(STATE_BLOCK * BLOCK_SIZE, STATE_LEN))
             .unwrap_or_default();
         st.state = STATE_CLEAN;
         st.last_unmount_ns = now_ns() as u64;

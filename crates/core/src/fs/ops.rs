@@ -9,7 +9,7 @@ use super::node::{retry, Target};
 use super::{errno, now_ns, Fs, Inner, Metadata};
 use crate::journal::Tx;
 use crate::layout::dentry::{self, Header, UNIT_SIZE};
-use crate::layout::inode::{FileType, Inode, INLINE_LEN, NLINK_MAX, SYMLINK_MAX};
+use crate::layout::inode::{FileType, Inode, INLINE_LEN, INODE_SIZE, NLINK_MAX, SYMLINK_MAX};
 use crate::layout::superblock::ROOT_INO;
 use crate::layout::BLOCK_SIZE;
 use crate::mapping::Claim;
@@ -234,7 +234,11 @@ impl Inner {
                 return Err(e);
             }
         };
-        let old = Inode::decode_raw(self.pm.bytes(self.geo.inode_off(ino as u64), 128));
+        let old = Inode::decode_raw(
+            &self
+                .pm
+                .read_array::<{ INODE_SIZE as usize }>(self.geo.inode_off(ino as u64)),
+        );
         new.generation = old.generation.wrapping_add(1).max(1);
         let mut tx = self.tx();
         if let Some(t) = target {
@@ -371,7 +375,7 @@ impl Inner {
     /// (nlink 0) that the next mount frees.
     pub(crate) fn free_inode(&self, ino: u32) -> io::Result<()> {
         let off = self.geo.inode_off(ino as u64);
-        let i = Inode::decode_raw(self.pm.bytes(off, 128));
+        let i = Inode::decode_raw(&self.pm.read_array::<{ INODE_SIZE as usize }>(off));
         // No fence between unmapping and freeing the record: after a crash, blocks of a free
         // inode are strays and recovery frees them, so either order is safe; the fence below
         // makes both durable before the number can be reused.
@@ -465,9 +469,9 @@ impl Fs {
         if matches!(ft, FileType::CharDevice | FileType::BlockDevice) {
             i.inline[..8].copy_from_slice(&rdev.to_le_bytes());
         }
-        let (ino, i) = self
-            .inner
-            .create_node(Target::any(to_ino(parent)?), name, i, None, false)?;
+        let (ino, i) =
+            self.inner
+                .create_node(Target::any(to_ino(parent)?), name, i, None, false)?;
         Ok(Metadata::from_inode(ino, &i))
     }
 
@@ -580,7 +584,7 @@ impl Fs {
                 inner.geo.inode_off(ino as u64),
             ))
         })?;
-        Ok(inner.pm.bytes(inner.geo.data_off(pblk), len).to_vec())
+        Ok(inner.pm.read_vec(inner.geo.data_off(pblk), len))
     }
 
     pub fn unlink(&self, parent: u64, name: &[u8]) -> io::Result<()> {

@@ -131,7 +131,11 @@ impl Fs {
     }
 
     /// Resolves the parent of `path` and runs `f` on it and the final name, as `on_path`.
-    fn on_parent<R>(&self, path: &Path, f: impl Fn(Target, &[u8]) -> io::Result<R>) -> io::Result<R> {
+    fn on_parent<R>(
+        &self,
+        path: &Path,
+        f: impl Fn(Target, &[u8]) -> io::Result<R>,
+    ) -> io::Result<R> {
         retry(|| {
             let (parent, name) = self.resolve_parent_at(path)?;
             f(parent, name)

@@ -65,7 +65,11 @@ fn replace_dir(fs: &Fs, d: &Metadata, f: &Metadata) {
     fs.create_dir("e").unwrap();
     fs.write_file("e/f", NEW).unwrap();
     let (e, ef) = (fs.metadata("e").unwrap(), fs.metadata("e/f").unwrap());
-    assert_eq!((e.ino, ef.ino), (d.ino, f.ino), "numbers not reused: test is vacuous");
+    assert_eq!(
+        (e.ino, ef.ino),
+        (d.ino, f.ino),
+        "numbers not reused: test is vacuous"
+    );
     assert_ne!(ef.generation, f.generation);
 }
 
@@ -76,7 +80,11 @@ fn is_enoent<T>(r: &io::Result<T>) -> bool {
 /// The new file `e/f` still holds `NEW` with the mode it was created with.
 fn assert_new_untouched(fs: &Fs) {
     assert_eq!(fs.read_file("e/f").unwrap(), NEW);
-    assert_eq!(fs.metadata("e/f").unwrap().perm, 0o644, "chmod reached the new file");
+    assert_eq!(
+        fs.metadata("e/f").unwrap().perm,
+        0o644,
+        "chmod reached the new file"
+    );
 }
 
 #[test]
@@ -116,7 +124,11 @@ fn open_through_a_symlink_reaches_no_new_file() {
     if let Ok(h) = &r {
         let mut buf = vec![0; 16];
         let n = h.read_at(&mut buf, 0).unwrap();
-        assert_ne!(&buf[..n], NEW, "open through a symlink reached the new file");
+        assert_ne!(
+            &buf[..n],
+            NEW,
+            "open through a symlink reached the new file"
+        );
     }
     assert!(is_enoent(&r), "{:?}", r.map(|h| h.ino()));
 }
@@ -140,7 +152,10 @@ fn create_in_a_replaced_directory_lands_nowhere_else() {
     let ran = on_resolving(d.ino, move || replace_dir(&fs2, &d, &f));
     let r = fs.write_file("d/x", b"x");
     finish(ran);
-    assert!(is_enoent(&fs.metadata("e/x")), "create landed in the new directory");
+    assert!(
+        is_enoent(&fs.metadata("e/x")),
+        "create landed in the new directory"
+    );
     assert!(is_enoent(&r), "{r:?}");
 }
 
@@ -167,7 +182,11 @@ fn chmod_of_a_replaced_name_reaches_no_new_file() {
     let ran = on_resolving(f.ino, replace);
     let r = fs.set_permissions("f", 0o600);
     finish(ran);
-    assert_eq!(fs.metadata("g").unwrap().perm, 0o644, "chmod reached the new file");
+    assert_eq!(
+        fs.metadata("g").unwrap().perm,
+        0o644,
+        "chmod reached the new file"
+    );
     assert!(is_enoent(&r), "{r:?}");
 }
 
@@ -249,14 +268,16 @@ fn panic_mid_write_leaves_no_stray_block() {
             panic!("injected panic after publishing");
         }
     });
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        f.write_at(NEW, 3 * 4096)
-    }));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.write_at(NEW, 3 * 4096)));
     hook::clear();
     assert!(r.is_err(), "the hook did not run");
     let inner = &fs.inner;
     assert_eq!(f.metadata().unwrap().size, OLD.len() as u64);
-    assert_eq!(inner.map.lookup(&inner.pm, f.ino() as u32, 3), None, "stray left mapped");
+    assert_eq!(
+        inner.map.lookup(&inner.pm, f.ino() as u32, 3),
+        None,
+        "stray left mapped"
+    );
     assert_eq!(fs.statfs().blocks_free, free_before);
 }
 
@@ -282,7 +303,9 @@ fn fsck_and_info_hold_off_a_format_while_they_read() {
     let (_dir, path) = image_file();
     type Reader = fn(&std::path::Path) -> bool;
     let readers: [(&str, Reader); 2] = [
-        ("fsck -n", |p| crate::fsck::check_image(p).unwrap().is_clean()),
+        ("fsck -n", |p| {
+            crate::fsck::check_image(p).unwrap().is_clean()
+        }),
         ("info", |p| crate::info::inspect(p).unwrap().clean),
     ];
     for (name, read) in readers {
@@ -297,7 +320,11 @@ fn fsck_and_info_hold_off_a_format_while_they_read() {
         });
         let clean = read(&path);
         hook::clear();
-        assert_eq!(could_format.get(), Some(false), "{name}: a format could truncate the image");
+        assert_eq!(
+            could_format.get(),
+            Some(false),
+            "{name}: a format could truncate the image"
+        );
         assert!(clean, "{name}");
     }
 }
@@ -312,7 +339,9 @@ fn fsck_and_info_of_a_mounted_image_survive_its_truncation() {
     fs.write_file("f", OLD).unwrap();
     type Reader = fn(&std::path::Path) -> u64;
     let readers: [(&str, Reader); 2] = [
-        ("fsck -n", |p| crate::fsck::check_image(p).unwrap().inodes_in_use),
+        ("fsck -n", |p| {
+            crate::fsck::check_image(p).unwrap().inodes_in_use
+        }),
         ("info", |p| crate::info::inspect(p).unwrap().inodes_used),
     ];
     for (name, read) in readers {
