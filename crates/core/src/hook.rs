@@ -12,6 +12,8 @@ pub(crate) enum Point {
     /// A path component (or an inode-API name lookup) was resolved to inode `ino`; nothing
     /// that names it is held any more.
     Resolved { ino: u32 },
+    /// A name lookup holds directory `dir`'s index read lock and has not searched it yet.
+    Looking { dir: u32 },
     /// `release_ino` dropped the open reference of `ino` and has not freed it yet.
     Released { ino: u32 },
     /// A transaction's record is armed and its first in-place write applied.

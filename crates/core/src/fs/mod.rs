@@ -221,11 +221,18 @@ impl Inner {
     }
 
     /// The DRAM state of directory `ino` (ENOTDIR if it is not one).
+    ///
+    /// The state is looked up (or made) under the inode's stripe lock, which a create or a
+    /// free of that number needs too: the generation read is the record's until the cache
+    /// has answered. Outside the lock, a thread that read the record just before its
+    /// directory was removed and the number made a new directory would replace the new
+    /// directory's state with one for the old generation, and then a third one for the new:
+    /// two live states of one directory, whose index locks no longer exclude each other (a
+    /// lookup in one could find an entry whose removal, and the free of its inode, went
+    /// through the other).
     pub fn dir_state(&self, ino: u32) -> io::Result<(Arc<DirState>, Inode)> {
-        let inode = {
-            let _g = self.stripes.read(ino);
-            self.inode(ino)?
-        };
+        let _g = self.stripes.read(ino);
+        let inode = self.inode(ino)?;
         if !inode.is_dir() {
             return Err(errno(libc::ENOTDIR));
         }

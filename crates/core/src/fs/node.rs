@@ -104,6 +104,7 @@ impl Inner {
         let ds = self.dir_at(parent)?;
         let g = self.index_read(parent.ino, &ds)?;
         let idx = g.as_ref().expect("index loaded");
+        hook::at(Point::Looking { dir: parent.ino });
         let f = idx
             .find(&self.pm, &self.geo, name, self.name_hash(name))
             .ok_or_else(|| errno(libc::ENOENT))?;

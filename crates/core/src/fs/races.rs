@@ -360,3 +360,42 @@ fn fsck_and_info_of_a_mounted_image_survive_its_truncation() {
     }
     fs.unmount().unwrap();
 }
+
+/// A lookup in `a` holds `a`'s index and is about to search it while an unlink of `a/x` has
+/// committed and waits for that index to apply its removal. That wait does not stop an
+/// rmdir of the now empty `a` from another thread, nor a new `b` taking `a`'s number and
+/// blocks, with an entry `x` where `a/x` was. The lookup must not return `b/x`. (Here `d`,
+/// `d/f`, `e`, `e/f`.)
+#[test]
+fn lookup_in_a_directory_removed_under_it_reaches_no_new_file() {
+    let (fs, d, f) = with_dir_file();
+    let (fs2, d_ino) = (fs.clone(), d.ino);
+    let unlinker = Rc::new(Cell::new(None));
+    let u = unlinker.clone();
+    let mut armed = true;
+    hook::set(move |p| {
+        if p != (Point::Looking { dir: d_ino as u32 }) || !std::mem::take(&mut armed) {
+            return;
+        }
+        let fs3 = fs2.clone();
+        u.set(Some(std::thread::spawn(move || fs3.remove_file("d/f"))));
+        // The unlink's transaction is in once the link count is 0 (it then waits for us).
+        while fs2.getattr(f.ino).is_ok_and(|m| m.nlink > 0) {
+            std::thread::yield_now();
+        }
+        fs2.remove_dir("d").unwrap();
+        fs2.create_dir("e").unwrap();
+        fs2.write_file("e/f", NEW).unwrap();
+        assert_eq!(
+            fs2.metadata("e").unwrap().ino,
+            d_ino,
+            "not reused: test is vacuous"
+        );
+    });
+    let r = fs.set_permissions("d/f", 0o600);
+    hook::clear();
+    let unlinker = unlinker.take().expect("the hook did not run");
+    unlinker.join().unwrap().unwrap();
+    assert_new_untouched(&fs);
+    assert!(is_enoent(&r), "{r:?}");
+}
