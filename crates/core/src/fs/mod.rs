@@ -251,21 +251,26 @@ impl Inner {
     /// caught mid-update only sends the call to the locked path.
     pub fn dir(&self, ino: u32) -> io::Result<Arc<DirState>> {
         if let Some(ds) = self.dirs.peek(ino) {
-            if ino != 0 && (ino as u64) < self.geo.inode_count {
-                let off = self.geo.inode_off(ino as u64);
-                // mode and nlink share the record's first word (FORMAT.md).
-                const _: () =
-                    assert!(O_MODE == 0 && O_NLINK == 4 && O_GENERATION.is_multiple_of(8));
-                let first = self.pm.load_u64(off);
-                let (mode, nlink) = (first as u32, (first >> 32) as u32);
-                let generation = self.pm.load_u64(off + O_GENERATION as u64) as u32;
-                if mode & libc::S_IFMT == libc::S_IFDIR && nlink > 0 && generation == ds.generation
-                {
-                    return Ok(ds);
-                }
+            if self.dir_words(ino) == Some((ds.generation, true)) {
+                return Ok(ds);
             }
         }
         self.dir_state(ino).map(|(ds, _)| ds)
+    }
+
+    /// Without a lock, two word loads: if record `ino` is an in-use directory, its generation
+    /// and whether it has links.
+    pub fn dir_words(&self, ino: u32) -> Option<(u32, bool)> {
+        if ino == 0 || ino as u64 >= self.geo.inode_count {
+            return None;
+        }
+        let off = self.geo.inode_off(ino as u64);
+        // mode and nlink share the record's first word (FORMAT.md).
+        const _: () = assert!(O_MODE == 0 && O_NLINK == 4 && O_GENERATION.is_multiple_of(8));
+        let first = self.pm.load_u64(off);
+        let (mode, nlink) = (first as u32, (first >> 32) as u32);
+        let generation = self.pm.load_u64(off + O_GENERATION as u64) as u32;
+        (mode & libc::S_IFMT == libc::S_IFDIR).then_some((generation, nlink > 0))
     }
 
     /// Read access to a directory's index, building it on first use.

@@ -110,6 +110,19 @@ impl Inner {
             .ok_or_else(|| errno(libc::ENOENT))?;
         // The entry is held in place by `g`, so the inode is not freed before this load.
         let generation = self.generation_of(f.header.ino);
+        // `g` holds off the removal of an entry that is still in the index, but not an rmdir
+        // of the directory once its last entry is gone from media (the remove then waits
+        // for `g` only to update the index), nor a new directory taking the number and the
+        // blocks and putting another entry where this one was. The entry counts only if the
+        // record is still this directory after it was read: `free_inode` frees a record
+        // before it unmaps the blocks, and the entry store that a reader of a reused block
+        // would see comes after that (release stores, acquire loads).
+        if self.dir_words(parent.ino).map(|(now, _)| now) != Some(ds.generation) {
+            return Err(errno(match parent.generation {
+                Some(_) => libc::ESTALE,
+                None => libc::ENOENT,
+            }));
+        }
         drop(g);
         hook::at(Point::Resolved { ino: f.header.ino });
         let t = Target {

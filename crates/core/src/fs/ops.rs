@@ -376,13 +376,15 @@ impl Inner {
     pub(crate) fn free_inode(&self, ino: u32) -> io::Result<()> {
         let off = self.geo.inode_off(ino as u64);
         let i = Inode::decode_raw(&self.pm.read_array::<{ INODE_SIZE as usize }>(off));
-        // No fence between unmapping and freeing the record: after a crash, blocks of a free
-        // inode are strays and recovery frees them, so either order is safe; the fence below
-        // makes both durable before the number can be reused.
-        let freed = self.unmap_from(ino, 0, super::mount::allowed_blocks(&i));
-        // Mode and link count share the first word: one atomic store frees the record.
+        // The record is freed before the blocks: a lookup that read an entry from a directory
+        // block without a lock trusts it only if the record is still in use afterwards
+        // (`lookup_at`). No fence between the two: after a crash, blocks of a free inode are
+        // strays and recovery frees them, so either order is safe; the fence below makes both
+        // durable before the number can be reused. Mode and link count share the first word:
+        // one atomic store frees the record.
         self.pm.store_u64(off, 0);
         self.pm.persist(off, 8);
+        let freed = self.unmap_from(ino, 0, super::mount::allowed_blocks(&i));
         self.pm.fence();
         self.map.freed(freed);
         self.dirs.remove(ino);
