@@ -26,43 +26,39 @@ pub(crate) enum Point {
 }
 
 #[cfg(test)]
-mod imp {
-    use super::Point;
-    use std::cell::RefCell;
+type Hook = Box<dyn FnMut(Point)>;
 
-    type Hook = Box<dyn FnMut(Point)>;
+#[cfg(test)]
+thread_local! {
+    static HOOK: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
+}
 
-    thread_local! {
-        static HOOK: RefCell<Option<Hook>> = const { RefCell::new(None) };
-    }
+/// Runs this thread's hook, if any. It is taken out while it runs, so the file-system calls
+/// it makes pass their own points without re-entering it.
+#[cfg(test)]
+pub(crate) fn at(p: Point) {
+    let Some(mut f) = HOOK.with(|h| h.borrow_mut().take()) else {
+        return;
+    };
+    f(p);
+    HOOK.with(|h| {
+        let mut slot = h.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(f);
+        }
+    });
+}
 
-    /// Runs this thread's hook, if any. It is taken out while it runs, so the file-system
-    /// calls it makes pass their own points without re-entering it.
-    pub(crate) fn at(p: Point) {
-        let Some(mut f) = HOOK.with(|h| h.borrow_mut().take()) else {
-            return;
-        };
-        f(p);
-        HOOK.with(|h| {
-            let mut slot = h.borrow_mut();
-            if slot.is_none() {
-                *slot = Some(f);
-            }
-        });
-    }
-
-    /// Installs `f` on this thread until `clear`.
-    pub(crate) fn set(f: impl FnMut(Point) + 'static) {
-        HOOK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
-    }
-
-    pub(crate) fn clear() {
-        HOOK.with(|h| *h.borrow_mut() = None);
-    }
+/// Installs `f` on this thread until `clear`.
+#[cfg(test)]
+pub(crate) fn set(f: impl FnMut(Point) + 'static) {
+    HOOK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 #[cfg(test)]
-pub(crate) use imp::{at, clear, set};
+pub(crate) fn clear() {
+    HOOK.with(|h| *h.borrow_mut() = None);
+}
 
 #[cfg(not(test))]
 #[inline(always)]

@@ -237,7 +237,7 @@ impl Tx<'_> {
 /// read concurrently, word by word and without a lock (`load_u64`), and must never be seen
 /// torn nor race a plain copy. Anything else is a plain copy under the caller's locks.
 fn put_in_place(pm: &Pm, off: u64, data: &[u8]) {
-    if off % 8 == 0 && data.len() % 8 == 0 {
+    if off.is_multiple_of(8) && data.len().is_multiple_of(8) {
         pm.store_words(off, data);
     } else {
         pm.write(off, data);

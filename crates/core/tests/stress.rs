@@ -279,7 +279,7 @@ fn names_never_reach_a_file_that_reused_their_number() {
                 let mut i = 0usize;
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
-                    let path = if i % 2 == 0 { "/a/x" } else { "/s" };
+                    let path = if i.is_multiple_of(2) { "/a/x" } else { "/s" };
                     match i % 4 {
                         0 => drop(fs.set_permissions(path, 0o600)),
                         1 => {

@@ -227,7 +227,11 @@ impl Pm {
     /// would be a data race; on x86-64 each store is still one `mov`.
     #[inline]
     pub fn store_words(&self, off: u64, data: &[u8]) {
-        assert!(data.len() % 8 == 0, "store_words of {} bytes", data.len());
+        assert!(
+            data.len().is_multiple_of(8),
+            "store_words of {} bytes",
+            data.len()
+        );
         for (k, w) in data.chunks_exact(8).enumerate() {
             let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
             self.atomic(off + 8 * k as u64)
