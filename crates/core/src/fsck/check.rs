@@ -24,7 +24,7 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
     let Some(geo) = check_superblocks(pm, &mut r) else {
         return r;
     };
-    let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
+    let state = MountState::decode(&pm.read_vec(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
     let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
     if state.is_none() {
         r.recovery.push(
@@ -97,7 +97,7 @@ fn check_superblocks(pm: &Pm, r: &mut FsckReport) -> Option<Geometry> {
         r.problem("primary superblock damaged (the replica is intact)", 0);
     } else {
         let replica = Superblock::decode(
-            pm.bytes(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
+            &pm.read_vec(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
             REPLICA_BLOCK * BLOCK_SIZE,
         );
         if replica.as_ref() != Ok(&sb) {
@@ -126,7 +126,7 @@ fn check_inodes(pm: &Pm, geo: &Geometry, r: &mut FsckReport) -> Vec<Option<Inode
     let mut v = vec![None; geo.inode_count as usize];
     for ino in 1..geo.inode_count {
         let off = geo.inode_off(ino);
-        let raw = Inode::decode_raw(pm.bytes(off, INODE_SIZE as usize));
+        let raw = Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(off));
         if raw.is_free() {
             continue;
         }
@@ -362,7 +362,7 @@ fn check_dir(
                 }
             };
             dentry::name_from_units(
-                pm.bytes(off, h.units as usize * UNIT_SIZE as usize),
+                &pm.read_vec(off, h.units as usize * UNIT_SIZE as usize),
                 h.name_len as usize,
                 &mut name,
             );
