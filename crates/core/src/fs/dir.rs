@@ -315,13 +315,13 @@ fn read_name(pm: &Pm, off: u64, h: &Header, name: &mut Vec<u8>) {
 }
 
 fn name_matches(pm: &Pm, off: u64, h: &Header, name: &[u8]) -> bool {
-    let mut buf = [0u8; dentry::NAME_PER_UNIT];
+    if name.len() <= dentry::NAME_PER_UNIT {
+        // Most names fit the first unit, right after its header word.
+        return pm.bytes_eq(off + 8, name);
+    }
     name_pieces(off, h.name_len as usize)
         .zip(name.chunks(dentry::NAME_PER_UNIT))
-        .all(|((at, len), c)| {
-            pm.read(at, &mut buf[..len]);
-            &buf[..len] == c
-        })
+        .all(|((at, _), c)| pm.bytes_eq(at, c))
 }
 
 /// A directory's DRAM state: the index (built on first use) and the inode generation it

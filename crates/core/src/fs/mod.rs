@@ -260,6 +260,7 @@ impl Inner {
 
     /// Without a lock, two word loads: if record `ino` is an in-use directory, its generation
     /// and whether it has links.
+    #[inline]
     pub fn dir_words(&self, ino: u32) -> Option<(u32, bool)> {
         if ino == 0 || ino as u64 >= self.geo.inode_count {
             return None;

@@ -37,6 +37,7 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    #[inline]
     pub fn any(ino: u32) -> Target {
         Target {
             ino,
@@ -45,6 +46,7 @@ impl Target {
     }
 
     /// ESTALE unless the inode found under the lock is the one the name named.
+    #[inline]
     pub fn check(&self, generation: u32) -> io::Result<()> {
         match self.generation {
             Some(g) if g != generation => Err(errno(libc::ESTALE)),
@@ -79,9 +81,32 @@ impl Inner {
         Ok(i)
     }
 
+    /// The link count of in-use inode `t`, from two word loads (the caller holds its stripe
+    /// lock); errors as `inode_at`, without validating the rest of the record.
+    pub fn nlink_at(&self, t: Target) -> io::Result<u32> {
+        let stale = || {
+            errno(if t.generation.is_some() {
+                libc::ESTALE
+            } else {
+                libc::ENOENT
+            })
+        };
+        if t.ino == 0 || t.ino as u64 >= self.geo.inode_count {
+            return Err(errno(libc::ENOENT));
+        }
+        // Mode and link count share the first word; mode 0 is a free record (FORMAT.md).
+        let first = self.pm.load_u64(self.geo.inode_off(t.ino as u64));
+        if first as u32 == 0 {
+            return Err(stale());
+        }
+        t.check(self.generation_of(t.ino))?;
+        Ok((first >> 32) as u32)
+    }
+
     /// The DRAM state of directory `t`. Operations that change the directory check its
     /// generation again under its stripe lock (`check_live_dir`); a lookup needs no lock: a
     /// directory is removed only when empty, so a stale state can only answer ENOENT.
+    #[inline]
     pub fn dir_at(&self, t: Target) -> io::Result<Arc<DirState>> {
         let ds = match self.dir(t.ino) {
             Err(e) if t.generation.is_some() && e.raw_os_error() == Some(libc::ENOENT) => {
@@ -148,6 +173,7 @@ impl Inner {
     }
 
     /// The generation word of record `ino` (an aligned atomic load: creates write it).
+    #[inline]
     fn generation_of(&self, ino: u32) -> u32 {
         const _: () = assert!(O_GENERATION.is_multiple_of(8));
         self.pm

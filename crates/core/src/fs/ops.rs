@@ -827,8 +827,9 @@ impl Fs {
     pub(crate) fn open_at(&self, t: Target) -> io::Result<()> {
         let inner = &self.inner;
         let _g = inner.stripes.read(t.ino);
-        let i = inner.inode_at(t)?;
-        if i.nlink == 0 && !inner.held(t.ino) {
+        // Two words, not the whole record: opening reads nothing else, and the first read or
+        // write through the handle validates the record.
+        if inner.nlink_at(t)? == 0 && !inner.held(t.ino) {
             return Err(errno(libc::ENOENT));
         }
         inner.open.acquire(t.ino);

@@ -180,9 +180,24 @@ impl Pm {
     /// `read` into an array (fixed-size records: an inode, the state block).
     #[inline]
     pub fn read_array<const N: usize>(&self, off: u64) -> [u8; N] {
-        let mut a = [0; N];
-        self.read(off, &mut a);
-        a
+        self.check(off, N);
+        let mut a = std::mem::MaybeUninit::<[u8; N]>::uninit();
+        // SAFETY: in range; every byte of `a` is written before `assume_init` (no zeroing
+        // first: an inode is read on every operation); no concurrent writer (see `read`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr(off), a.as_mut_ptr() as *mut u8, N);
+            a.assume_init()
+        }
+    }
+
+    /// Whether the bytes at `off` equal `expected` (a directory entry's name during a
+    /// lookup), compared in place. The same contract as `read`: nothing writes these bytes
+    /// meanwhile; the borrow below covers only them and ends with the comparison.
+    #[inline]
+    pub fn bytes_eq(&self, off: u64, expected: &[u8]) -> bool {
+        self.check(off, expected.len());
+        // SAFETY: in range; not written concurrently (caller's lock); not kept.
+        unsafe { std::slice::from_raw_parts(self.ptr(off), expected.len()) == expected }
     }
 
     #[inline]
@@ -237,15 +252,21 @@ impl Pm {
     /// would be a data race; on x86-64 each store is still one `mov`.
     #[inline]
     pub fn store_words(&self, off: u64, data: &[u8]) {
+        self.check(off, data.len());
         assert!(
-            data.len().is_multiple_of(8),
-            "store_words of {} bytes",
+            off.is_multiple_of(8) && data.len().is_multiple_of(8),
+            "store_words of {} bytes at {off}",
             data.len()
         );
-        for (k, w) in data.chunks_exact(8).enumerate() {
-            let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-            self.atomic(off + 8 * k as u64)
-                .store(v.to_le(), Ordering::Release);
+        let words = self.ptr(off) as *const AtomicU64;
+        for k in 0..data.len() / 8 {
+            // SAFETY: `data` has 8 bytes at 8k (read unaligned, copied as they are); word k
+            // of the range is in the mapping and 8-byte aligned (checked above; the mapping
+            // is page aligned), and such words are accessed only whole or under the lock.
+            unsafe {
+                let v = std::ptr::read_unaligned(data.as_ptr().add(8 * k) as *const u64);
+                (*words.add(k)).store(v, Ordering::Release);
+            }
         }
         if let Some(t) = &self.trace {
             t.store(off, data);
