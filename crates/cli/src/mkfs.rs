@@ -105,6 +105,7 @@ fn mkfs(args: &Args) -> Result<String, String> {
     let opts = FormatOptions {
         size_bytes: size,
         inode_count: args.inodes,
+        ..Default::default()
     };
     if let Err(e) = Fs::format(path, &opts) {
         if existing.is_none() {

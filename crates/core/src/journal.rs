@@ -106,7 +106,12 @@ pub struct Tx<'a> {
     seq: &'a AtomicU64,
 }
 
-impl Tx<'_> {
+impl<'a> Tx<'a> {
+    /// The region this transaction writes.
+    pub fn pm(&self) -> &'a Pm {
+        self.pm
+    }
+
     /// Stages an in-place write of `data` at `off`, logging the bytes there now.
     pub fn write(&mut self, off: u64, data: &[u8]) {
         let old = self.pm.bytes(off, data.len()).to_vec();

@@ -421,6 +421,7 @@ fn run(ops: &[Op]) {
         &FormatOptions {
             size_bytes: 8 << 20,
             inode_count: Some(256),
+            ..Default::default()
         },
     )
     .unwrap();

@@ -228,7 +228,7 @@ impl Inner {
 
     fn claim_one(&self, ino: u32, lblk: u32) -> io::Result<Claim> {
         self.map
-            .claim(&self.pm, ino, lblk)
+            .claim(&self.pm, &self.journal, ino, lblk)
             .inspect_err(|_| self.map.unreserve(1))
     }
 
@@ -261,7 +261,7 @@ impl Inner {
         }
         let (inside, outside) = split_hole_fills(i, claims);
         for &(c, lblk) in &outside {
-            self.map.publish(&self.pm, c, ino, lblk);
+            self.map.publish(&self.pm, &self.journal, c, ino, lblk);
         }
         if !inside.is_empty() {
             let mut i = i.clone();
@@ -318,8 +318,7 @@ impl Inner {
         for (k, chunk) in chunks.into_iter().enumerate() {
             let mut tx = self.tx();
             for &(c, lblk) in chunk {
-                let (off, v) = self.map.publish_entry(c, ino, lblk);
-                tx.write_with_old(off, &c.undo_value().to_le_bytes(), &v.to_le_bytes());
+                self.map.publish_in(&mut tx, c, ino, lblk);
             }
             i.blocks = i.blocks.saturating_add(chunk.len() as u64);
             if k + 1 == n {
@@ -383,7 +382,7 @@ impl Inner {
             // No fence between the unmapping and the block count: recovery frees strays and
             // recomputes counts, so either order survives a crash (the final fence makes both
             // durable before returning).
-            let freed = self.unmap_from(ino, size.div_ceil(BLOCK_SIZE), old_end);
+            let freed = self.unmap_from(ino, size.div_ceil(BLOCK_SIZE), old_end)?;
             if freed > 0 {
                 i.blocks = i.blocks.saturating_sub(freed);
                 let base = self.geo.inode_off(ino as u64);
@@ -436,7 +435,7 @@ impl Inner {
         self.map.reserve(missing.len() as u64)?;
         let mut claims = Vec::with_capacity(missing.len());
         for (n, &lblk) in missing.iter().enumerate() {
-            match self.map.claim(&self.pm, ino, lblk) {
+            match self.map.claim(&self.pm, &self.journal, ino, lblk) {
                 Ok(c) => {
                     self.pm
                         .zero_nt(self.geo.data_off(c.pblk), BLOCK_SIZE as usize);
@@ -444,8 +443,10 @@ impl Inner {
                 }
                 Err(e) => {
                     self.map.unreserve((missing.len() - n) as u64);
-                    for (c, _) in claims {
-                        self.map.abandon(&self.pm, c);
+                    // Newest first: a tree mapping then always gives back the last block of
+                    // a run it extended.
+                    for (c, lblk) in claims.into_iter().rev() {
+                        self.map.abandon(&self.pm, &self.journal, c, ino, lblk);
                     }
                     return Err(e);
                 }
@@ -458,7 +459,7 @@ impl Inner {
         // commits, so they are published directly (recovery frees them if it never commits).
         let (inside, outside) = split_hole_fills(&i, &claims);
         for &(c, lblk) in &outside {
-            self.map.publish(&self.pm, c, ino, lblk);
+            self.map.publish(&self.pm, &self.journal, c, ino, lblk);
         }
         let now = now_ns();
         let added = outside.len() as u64;
@@ -491,7 +492,7 @@ impl Inner {
             self.zero_range(ino, i, full_last * BLOCK_SIZE, end, &mut cache);
         }
         let freed = if full_first < full_last {
-            self.unmap_from(ino, full_first, full_last)
+            self.unmap_from(ino, full_first, full_last)?
         } else {
             0
         };

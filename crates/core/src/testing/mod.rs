@@ -91,6 +91,7 @@ pub fn known_image_sized(size_bytes: u64, inodes: u64) -> Known {
     let fs = Fs::format_in_memory(&FormatOptions {
         size_bytes,
         inode_count: Some(inodes),
+        ..Default::default()
     })
     .expect("format the known image");
     populate(&fs).expect("populate the known image");

@@ -1,0 +1,325 @@
+//! What the per-file tree mappings (extent tree, radix tree) share: the root table, the block
+//! allocator, the `FileMap` plumbing, mount recovery and the walk fsck uses.
+//!
+//! Root table (FORMAT.md §5): after the bitmap, 64-byte aligned, one 8-byte root word per
+//! inode number: 0 for no tree, else `levels << 48 | node`, where `node` is the data-region
+//! block of the root node and `levels` (1 = the root is a leaf) says how tall the tree is.
+//! A root word is replaced with one atomic store, so growing or dropping a tree is atomic.
+
+use std::io;
+
+use super::balloc::{self, BlockAlloc};
+use super::{Claim, FileMap, MappingKind};
+use crate::fs::mount::{allowed_blocks, RecoveryReport};
+use crate::journal::{Journal, Tx};
+use crate::layout::inode::{Inode, INODE_SIZE};
+use crate::layout::superblock::Geometry;
+use crate::layout::{corrupted, Corrupted, BLOCK_SIZE};
+use crate::media::Pm;
+
+/// Bits of a root word below the level count.
+const ROOT_NODE_MASK: u64 = (1 << 48) - 1;
+
+/// Byte offset of the root table.
+pub fn roots_off(geo: &Geometry) -> u64 {
+    balloc::bitmap_off(geo) + balloc::bitmap_len(geo).next_multiple_of(64)
+}
+
+/// Byte offset of inode `ino`'s root word.
+pub fn root_off(geo: &Geometry, ino: u32) -> u64 {
+    roots_off(geo) + ino as u64 * 8
+}
+
+/// Checks that the bitmap and the root table fit the mapping region of `geo` (mkfs).
+pub fn check_fits(geo: &Geometry) -> Result<(), String> {
+    let need = roots_off(geo) + geo.inode_count * 8;
+    let have = (geo.hash_start + geo.hash_blocks) * BLOCK_SIZE;
+    if need > have {
+        return Err(format!(
+            "{} inodes leave no room for the tree mappings' root table ({} bytes needed, {} in \
+             the mapping region); use fewer inodes or the hashfs mapping",
+            geo.inode_count,
+            need - balloc::bitmap_off(geo),
+            have - balloc::bitmap_off(geo)
+        ));
+    }
+    Ok(())
+}
+
+pub fn root_word(levels: u64, node: u64) -> u64 {
+    levels << 48 | node
+}
+
+/// Splits a nonzero root word into (levels, node).
+pub fn split_root(w: u64) -> (u64, u64) {
+    (w >> 48, w & ROOT_NODE_MASK)
+}
+
+/// What a walk reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// A node of the tree (counts as a used block).
+    Node(u64),
+    /// Logical block `lblk` maps data block `pblk`; `pending` for a claim not yet published.
+    Data { lblk: u64, pblk: u64, pending: bool },
+}
+
+/// The geometry and allocator a tree works with.
+pub struct Base {
+    pub geo: Geometry,
+    pub alloc: BlockAlloc,
+}
+
+impl Base {
+    pub fn root(&self, pm: &Pm, ino: u32) -> u64 {
+        pm.load_u64(root_off(&self.geo, ino))
+    }
+
+    /// Byte offset of data-region block `b`.
+    pub fn off(&self, b: u64) -> u64 {
+        self.geo.data_off(b)
+    }
+
+    /// True if `b` is a data-region block (anything read from media is checked before use).
+    pub fn valid(&self, b: u64) -> bool {
+        b < self.geo.data_blocks
+    }
+
+    /// A zeroed node, written back but not fenced: the caller fences before linking it.
+    pub fn new_node(&self, pm: &Pm, goal: u64) -> io::Result<u64> {
+        let b = self.alloc.alloc_node(pm, goal)?;
+        pm.write(self.off(b), &[0u8; BLOCK_SIZE as usize]);
+        pm.persist(self.off(b), BLOCK_SIZE as usize);
+        Ok(b)
+    }
+
+    /// Stores a root word directly: written back and fenced.
+    pub fn set_root(&self, pm: &Pm, ino: u32, w: u64) {
+        let off = root_off(&self.geo, ino);
+        pm.store_u64(off, w);
+        pm.persist(off, 8);
+        pm.fence();
+    }
+}
+
+/// One per-file tree structure; `TreeMap` turns it into a `FileMap`. The per-inode lock the
+/// file system holds around every mutation of a file (stripe lock, directory lock) is what
+/// keeps two operations off one tree; lookups of a file run under its read lock.
+pub trait BlockTree: Send + Sync + 'static {
+    const KIND: MappingKind;
+    fn lookup(&self, b: &Base, pm: &Pm, ino: u32, lblk: u32) -> Option<u64>;
+    fn claim(&self, b: &Base, pm: &Pm, j: &Journal, ino: u32, lblk: u32) -> io::Result<Claim>;
+    fn abandon(&self, b: &Base, pm: &Pm, j: &Journal, c: Claim, ino: u32, lblk: u32);
+    fn publish_in(&self, b: &Base, tx: &mut Tx<'_>, c: Claim, ino: u32, lblk: u32);
+    fn publish(&self, b: &Base, pm: &Pm, c: Claim, ino: u32, lblk: u32);
+    /// Unmaps [from, to); durable on return; returns the data blocks to release (the nodes it
+    /// dropped are released already).
+    fn unmap(&self, b: &Base, pm: &Pm, j: &Journal, ino: u32, from: u64, to: u64)
+        -> io::Result<Vec<u64>>;
+    /// Validates the tree of root word `root` and reports every node and mapping to `visit`,
+    /// which returns false for a block already seen (its subtree is then not walked again).
+    fn walk(
+        &self,
+        pm: &Pm,
+        geo: &Geometry,
+        root: u64,
+        visit: &mut dyn FnMut(Reach) -> bool,
+    ) -> Result<(), Corrupted>;
+    /// Recovery: drops unpublished claims and mappings at or past `allowed` without
+    /// allocating; returns the data blocks dropped. Nothing is released (the bitmap is
+    /// rebuilt afterwards).
+    fn trim(&self, b: &Base, pm: &Pm, j: &Journal, ino: u32, allowed: u64) -> u64;
+}
+
+pub struct TreeMap<T: BlockTree> {
+    pub tree: T,
+    pub base: Base,
+}
+
+impl<T: BlockTree> TreeMap<T> {
+    /// A mounted mapping with the allocator `alloc`.
+    pub fn new(tree: T, geo: &Geometry, alloc: BlockAlloc) -> Self {
+        TreeMap {
+            tree,
+            base: Base {
+                geo: geo.clone(),
+                alloc,
+            },
+        }
+    }
+
+    /// A lookup-only view.
+    pub fn view(tree: T, geo: &Geometry) -> Self {
+        Self::new(tree, geo, BlockAlloc::empty(geo))
+    }
+}
+
+impl<T: BlockTree> FileMap for TreeMap<T> {
+    fn kind(&self) -> MappingKind {
+        T::KIND
+    }
+
+    fn lookup(&self, pm: &Pm, ino: u32, lblk: u32) -> Option<u64> {
+        if (ino as u64) >= self.base.geo.inode_count {
+            return None;
+        }
+        self.tree.lookup(&self.base, pm, ino, lblk)
+    }
+
+    fn reserve(&self, count: u64) -> io::Result<()> {
+        self.base.alloc.reserve(count)
+    }
+
+    fn unreserve(&self, count: u64) {
+        self.base.alloc.unreserve(count)
+    }
+
+    fn claim(&self, pm: &Pm, journal: &Journal, ino: u32, lblk: u32) -> io::Result<Claim> {
+        self.tree.claim(&self.base, pm, journal, ino, lblk)
+    }
+
+    fn abandon(&self, pm: &Pm, journal: &Journal, claim: Claim, ino: u32, lblk: u32) {
+        self.tree.abandon(&self.base, pm, journal, claim, ino, lblk)
+    }
+
+    fn publish_in(&self, tx: &mut Tx<'_>, claim: Claim, ino: u32, lblk: u32) {
+        self.tree.publish_in(&self.base, tx, claim, ino, lblk)
+    }
+
+    fn publish(&self, pm: &Pm, _journal: &Journal, claim: Claim, ino: u32, lblk: u32) {
+        self.tree.publish(&self.base, pm, claim, ino, lblk)
+    }
+
+    fn unmap_range(
+        &self,
+        pm: &Pm,
+        journal: &Journal,
+        ino: u32,
+        from: u64,
+        to: u64,
+    ) -> io::Result<u64> {
+        let data = self.tree.unmap(&self.base, pm, journal, ino, from, to)?;
+        // `unmap` made the unmapping durable: the blocks can go to other files now.
+        for &p in &data {
+            self.base.alloc.release(pm, p);
+        }
+        Ok(data.len() as u64)
+    }
+
+    /// `unmap_range` already released the blocks (after its own fence).
+    fn freed(&self, _count: u64) {}
+
+    fn used_blocks(&self) -> u64 {
+        self.base.alloc.used()
+    }
+
+    fn set_used(&self, used: u64) {
+        self.base.alloc.set_used(used)
+    }
+
+    fn total_blocks(&self) -> u64 {
+        self.base.alloc.total()
+    }
+}
+
+/// Per-inode data-block counts and the used-block flags of every tree, from a validating
+/// walk of each root word (fsck and recovery). `on_bad` hears of every damaged tree and
+/// block owned twice, with the inode it was found in.
+pub struct Census {
+    pub used: Vec<bool>,
+    pub counts: Vec<u64>,
+}
+
+pub fn census<T: BlockTree>(
+    tree: &T,
+    pm: &Pm,
+    geo: &Geometry,
+    on_bad: &mut dyn FnMut(u32, Corrupted),
+    on_map: &mut dyn FnMut(u32, Reach),
+) -> Census {
+    let mut c = Census {
+        used: vec![false; geo.data_blocks as usize],
+        counts: vec![0; geo.inode_count as usize],
+    };
+    for ino in 1..geo.inode_count as u32 {
+        let root = pm.load_u64(root_off(geo, ino));
+        if root == 0 {
+            continue;
+        }
+        let mut twice = Vec::new();
+        let res = tree.walk(pm, geo, root, &mut |r| {
+            let p = match r {
+                Reach::Node(p) => p,
+                Reach::Data { pblk, .. } => pblk,
+            };
+            if std::mem::replace(&mut c.used[p as usize], true) {
+                twice.push(p);
+                return false;
+            }
+            if let Reach::Data { pending: false, .. } = r {
+                c.counts[ino as usize] += 1;
+            }
+            on_map(ino, r);
+            true
+        });
+        for p in twice {
+            on_bad(
+                ino,
+                corrupted(format!("block {p} owned twice"), geo.data_off(p)),
+            );
+        }
+        if let Err(e) = res {
+            on_bad(ino, e);
+        }
+    }
+    c
+}
+
+/// Mount recovery of a tree mapping. After an unclean shutdown: drops the trees of free
+/// inodes, unpublished claims and mappings past what each inode may map, then rebuilds the
+/// bitmap from what the trees reach and fixes block counts. Returns the allocator.
+pub fn recover<T: BlockTree>(
+    tree: &T,
+    pm: &Pm,
+    geo: &Geometry,
+    unclean: bool,
+    report: &mut RecoveryReport,
+) -> Result<BlockAlloc, Corrupted> {
+    if unclean {
+        let base = Base {
+            geo: geo.clone(),
+            alloc: BlockAlloc::empty(geo),
+        };
+        let journal = Journal::new(geo);
+        for ino in 1..geo.inode_count as u32 {
+            if base.root(pm, ino) == 0 {
+                continue;
+            }
+            let i = Inode::decode_raw(pm.bytes(geo.inode_off(ino as u64), INODE_SIZE as usize));
+            if i.is_free() {
+                base.set_root(pm, ino, 0);
+                report.stray_blocks_freed += 1;
+                continue;
+            }
+            report.stray_blocks_freed += tree.trim(&base, pm, &journal, ino, allowed_blocks(&i));
+        }
+        let mut bad = None;
+        let c = census(tree, pm, geo, &mut |_, e| {
+            bad.get_or_insert(e);
+        }, &mut |_, _| {});
+        if let Some(e) = bad {
+            return Err(e);
+        }
+        balloc::rewrite(pm, geo, &c.used);
+        let counts = c
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| (i as u32, n))
+            .collect();
+        crate::fs::mount::fix_block_counts(pm, geo, &counts, report);
+        pm.fence();
+    }
+    Ok(BlockAlloc::load(pm, geo))
+}
