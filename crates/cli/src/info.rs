@@ -169,6 +169,10 @@ struct Mapping {
     probe_length_mean_slots: f64,
     probe_length_max_slots: u64,
     probe_histogram: Vec<Bucket>,
+    /// Tree mappings (extent, radix): blocks holding tree nodes.
+    tree_node_blocks: u64,
+    /// Tree mappings: data blocks the trees map.
+    tree_data_blocks: u64,
 }
 
 #[derive(Serialize)]
@@ -252,6 +256,8 @@ impl Summary {
                     .zip(i.probe_hist)
                     .map(|(&slots, blocks)| Bucket { slots, blocks })
                     .collect(),
+                tree_node_blocks: i.tree_nodes,
+                tree_data_blocks: i.tree_data_blocks,
             },
         }
     }
@@ -351,6 +357,12 @@ impl Summary {
         );
 
         let _ = writeln!(s, "\nmapping:        {}", m.name);
+        if m.name != "hashfs" {
+            let _ = writeln!(s, "  blocks used:  {:.2}% (bitmap)", m.load_factor * 100.0);
+            let _ = writeln!(s, "  tree nodes:   {} blocks", m.tree_node_blocks);
+            let _ = writeln!(s, "  mapped data:  {} blocks", m.tree_data_blocks);
+            return s;
+        }
         let _ = writeln!(s, "  load factor:  {:.2}%", m.load_factor * 100.0);
         let _ = writeln!(s, "  tombstones:   {}", m.tombstones);
         let _ = writeln!(s, "  reserved:     {} slots", m.reserved_slots);

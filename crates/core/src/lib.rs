@@ -32,3 +32,4 @@ pub use fs::{
 };
 pub use layout::inode::FileType;
 pub use layout::Corrupted;
+pub use mapping::MappingKind;
