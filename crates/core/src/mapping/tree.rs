@@ -323,3 +323,262 @@ pub fn recover<T: BlockTree>(
     }
     Ok(BlockAlloc::load(pm, geo))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::{extent::Extent, radix::Radix};
+    use super::*;
+
+    const BLOCKS: u64 = 8192;
+    const INO: u32 = 5;
+
+    struct Rig {
+        pm: Pm,
+        geo: Geometry,
+        journal: Journal,
+        map: Box<dyn FileMap>,
+        model: BTreeMap<u64, u64>,
+    }
+
+    fn rig(kind: MappingKind) -> Rig {
+        let geo = Geometry::compute(BLOCKS, Some(64)).unwrap();
+        check_fits(&geo).unwrap();
+        let pm = Pm::in_memory(BLOCKS * BLOCK_SIZE);
+        let alloc = BlockAlloc::load(&pm, &geo);
+        let map: Box<dyn FileMap> = match kind {
+            MappingKind::Extent => Box::new(TreeMap::new(Extent::new(), &geo, alloc)),
+            MappingKind::Radix => Box::new(TreeMap::new(Radix, &geo, alloc)),
+            MappingKind::HashFs => unreachable!("tree mappings only"),
+        };
+        Rig {
+            journal: Journal::new(&geo),
+            pm,
+            geo,
+            map,
+            model: BTreeMap::new(),
+        }
+    }
+
+    impl Rig {
+        fn map(&mut self, lblk: u64) -> u64 {
+            self.map.reserve(1).unwrap();
+            let c = self.map.claim(&self.pm, &self.journal, INO, lblk as u32).unwrap();
+            self.map.publish(&self.pm, &self.journal, c, INO, lblk as u32);
+            self.pm.fence();
+            self.model.insert(lblk, c.pblk);
+            c.pblk
+        }
+
+        fn map_in_tx(&mut self, lblks: &[u64]) {
+            let claims: Vec<_> = lblks
+                .iter()
+                .map(|&l| {
+                    self.map.reserve(1).unwrap();
+                    (self.map.claim(&self.pm, &self.journal, INO, l as u32).unwrap(), l)
+                })
+                .collect();
+            let mut tx = self.journal.begin(&self.pm);
+            for &(c, l) in &claims {
+                self.map.publish_in(&mut tx, c, INO, l as u32);
+            }
+            tx.commit();
+            for (c, l) in claims {
+                self.model.insert(l, c.pblk);
+            }
+        }
+
+        fn unmap(&mut self, from: u64, to: u64) {
+            let n = self
+                .map
+                .unmap_range(&self.pm, &self.journal, INO, from, to)
+                .unwrap();
+            let gone: Vec<u64> = self.model.range(from..to).map(|(&l, _)| l).collect();
+            assert_eq!(n, gone.len() as u64, "unmapped count for [{from}, {to})");
+            for l in gone {
+                self.model.remove(&l);
+            }
+        }
+
+        /// Every lookup agrees with the model, the tree validates, and the bitmap is exactly
+        /// the blocks the tree reaches.
+        fn check<T: BlockTree>(&self, t: &T) {
+            for (&l, &p) in &self.model {
+                assert_eq!(self.map.lookup(&self.pm, INO, l as u32), Some(p), "lblk {l}");
+            }
+            let mut mapped = BTreeMap::new();
+            let c = census(
+                t,
+                &self.pm,
+                &self.geo,
+                &mut |_, e| panic!("tree damaged: {e}"),
+                &mut |_, r| {
+                    if let Reach::Data { lblk, pblk, pending } = r {
+                        assert!(!pending);
+                        mapped.insert(lblk, pblk);
+                    }
+                },
+            );
+            assert_eq!(mapped, self.model);
+            for b in 0..self.geo.data_blocks {
+                assert_eq!(
+                    balloc::bit(&self.pm, &self.geo, b),
+                    c.used[b as usize],
+                    "bitmap bit {b}"
+                );
+            }
+            let used = c.used.iter().filter(|&&u| u).count() as u64;
+            assert_eq!(self.map.used_blocks(), used);
+        }
+    }
+
+    fn both(f: impl Fn(MappingKind, &dyn Fn(&Rig))) {
+        f(MappingKind::Extent, &|r| r.check(&Extent::new()));
+        f(MappingKind::Radix, &|r| r.check(&Radix));
+    }
+
+    #[test]
+    fn insert_lookup_remove() {
+        both(|kind, check| {
+            let mut r = rig(kind);
+            for l in 0..100 {
+                r.map(l);
+            }
+            check(&r);
+            assert_eq!(r.map.lookup(&r.pm, INO, 100), None);
+            assert_eq!(r.map.lookup(&r.pm, INO + 1, 0), None);
+            r.unmap(10, 20);
+            check(&r);
+            assert_eq!(r.map.lookup(&r.pm, INO, 15), None);
+            r.map(15);
+            r.map_in_tx(&[12, 13, 200]);
+            check(&r);
+        });
+    }
+
+    #[test]
+    fn sequential_blocks_are_contiguous_and_one_extent() {
+        both(|kind, check| {
+            let mut r = rig(kind);
+            let first = r.map(0);
+            for l in 1..300 {
+                assert_eq!(r.map(l), first + l, "lblk {l}");
+            }
+            check(&r);
+        });
+        let mut r = rig(MappingKind::Extent);
+        for l in 0..300 {
+            r.map(l);
+        }
+        let mut nodes = 0;
+        census(&Extent::new(), &r.pm, &r.geo, &mut |_, e| panic!("{e}"), &mut |_, x| {
+            nodes += matches!(x, Reach::Node(_)) as u32
+        });
+        assert_eq!(nodes, 1, "300 contiguous blocks fit one extent in the root leaf");
+    }
+
+    #[test]
+    fn growth_to_deep_trees() {
+        // Every other block: one extent each, so the extent tree splits leaves and its root;
+        // the radix tree grows to 2 levels.
+        both(|kind, check| {
+            let mut r = rig(kind);
+            for l in (0..1500u64).map(|i| i * 2) {
+                r.map(l);
+            }
+            check(&r);
+            r.unmap(1000, 2000);
+            check(&r);
+            r.map_in_tx(&[1001, 1003, 1005]);
+            check(&r);
+            let levels = split_root(r.pm.load_u64(root_off(&r.geo, INO))).0;
+            assert_eq!(levels, 2, "{kind}: 1500 extents / 3000 blocks need two levels");
+        });
+    }
+
+    #[test]
+    fn large_sparse_offsets() {
+        both(|kind, check| {
+            let mut r = rig(kind);
+            for l in [0u64, 511, 512, 262_143, 262_144, 1 << 27, (1 << 32) - 1] {
+                r.map(l);
+                check(&r);
+            }
+            assert_eq!(r.map.lookup(&r.pm, INO, u32::MAX - 1), None);
+            r.unmap(1 << 20, 1 << 32);
+            check(&r);
+        });
+        // The radix tree is 4 levels tall for the last logical block.
+        let r = {
+            let mut r = rig(MappingKind::Radix);
+            r.map((1 << 32) - 1);
+            r
+        };
+        assert_eq!(split_root(r.pm.load_u64(root_off(&r.geo, INO))).0, 4);
+    }
+
+    #[test]
+    fn truncate_and_punch() {
+        both(|kind, check| {
+            let mut r = rig(kind);
+            for l in 0..600 {
+                r.map(l);
+            }
+            // Punch the middle of one extent (the extent tree splits it).
+            r.unmap(100, 110);
+            check(&r);
+            // Truncate.
+            r.unmap(300, u64::MAX);
+            check(&r);
+            // Free everything: the tree and its nodes go too.
+            r.unmap(0, u64::MAX);
+            check(&r);
+            assert_eq!(r.pm.load_u64(root_off(&r.geo, INO)), 0);
+            assert_eq!(r.map.used_blocks(), 0);
+        });
+    }
+
+    #[test]
+    fn abandon_gives_blocks_back() {
+        both(|kind, check| {
+            let mut r = rig(kind);
+            r.map(0);
+            r.map.reserve(3).unwrap();
+            let cs: Vec<_> = (1..4)
+                .map(|l| (r.map.claim(&r.pm, &r.journal, INO, l).unwrap(), l))
+                .collect();
+            for (c, l) in cs.into_iter().rev() {
+                r.map.abandon(&r.pm, &r.journal, c, INO, l);
+            }
+            check(&r);
+        });
+    }
+
+    #[test]
+    fn recovery_drops_claims_and_rebuilds_the_bitmap() {
+        both(|kind, check| {
+            let mut r = rig(kind);
+            for l in 0..40 {
+                r.map(l);
+            }
+            r.map.reserve(1).unwrap();
+            // A claim that never published, as a crash leaves it.
+            r.map.claim(&r.pm, &r.journal, INO, 40).unwrap();
+            let mut report = RecoveryReport::default();
+            // Inode INO is free on this image: recovery drops its whole tree.
+            let a = match kind {
+                MappingKind::Extent => recover(&Extent::new(), &r.pm, &r.geo, true, &mut report),
+                _ => recover(&Radix, &r.pm, &r.geo, true, &mut report),
+            }
+            .unwrap();
+            assert_eq!(a.used(), 0);
+            r.model.clear();
+            r.map = match kind {
+                MappingKind::Extent => Box::new(TreeMap::new(Extent::new(), &r.geo, a)),
+                _ => Box::new(TreeMap::new(Radix, &r.geo, a)),
+            };
+            check(&r);
+        });
+    }
+}
