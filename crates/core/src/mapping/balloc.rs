@@ -140,25 +140,28 @@ impl BlockAlloc {
     }
 
     /// Returns block `b` to the free pool and clears its bit (written back, not fenced). The
-    /// caller has made every pointer to `b` durably gone first.
+    /// caller has made every pointer to `b` durably gone first. A block outside the data
+    /// region or already free is left alone: only damaged media (a tree pointing where the
+    /// bitmap says free, which fsck reports) leads here, and that must not panic.
     pub fn release(&self, pm: &Pm, b: u64) {
-        assert!(b < self.blocks, "release of block {b} outside the data region");
+        if b >= self.blocks {
+            return;
+        }
         let mut free = self.free.lock();
+        let before = free.range(..=b).next_back().map(|(&s, &l)| (s, l));
+        if before.is_some_and(|(s, l)| b < s + l) {
+            return;
+        }
         self.set_bit(pm, b, false);
-        let mut start = b;
-        let mut len = 1;
-        if let Some((&s, &l)) = free.range(..b).next_back() {
-            assert!(s + l <= b, "block {b} released twice");
-            if s + l == b {
-                start = s;
-                len += l;
-                free.remove(&s);
-            }
+        let (mut start, mut len) = (b, 1);
+        if let Some((s, l)) = before.filter(|&(s, l)| s + l == b) {
+            start = s;
+            len += l;
+            free.remove(&s);
         }
         if let Some(l) = free.remove(&(b + 1)) {
             len += l;
         }
-        assert!(!free.contains_key(&b), "block {b} released twice");
         free.insert(start, len);
         drop(free);
         self.used.fetch_sub(1, Ordering::AcqRel);

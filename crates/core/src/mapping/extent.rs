@@ -112,16 +112,29 @@ fn read_node(pm: &Pm, geo: &Geometry, p: u64) -> Result<Node, Corrupted> {
     if h & 0xffff != MAGIC || count > ENTRIES_MAX || (h >> 32) >= LEVELS_MAX || h >> 48 != 0 {
         return Err(corrupted(format!("extent node {p}: bad header {h:#x}"), off));
     }
-    let entries = (0..count)
-        .map(|i| {
-            let eo = off + ENTRY_START + i as u64 * 16;
-            Entry::decode(pm.load_u64(eo), pm.load_u64(eo + 8))
-        })
-        .collect();
-    Ok(Node {
-        level: h >> 32,
-        entries,
-    })
+    let level = h >> 32;
+    let mut entries = Vec::with_capacity(count);
+    for i in 0..count {
+        let eo = off + ENTRY_START + i as u64 * 16;
+        let e = Entry::decode(pm.load_u64(eo), pm.load_u64(eo + 8));
+        // Every entry is checked as it is read, so no caller can index past the data region
+        // or walk a range of 2^31 blocks a damaged length claims.
+        let ok = if level == 0 {
+            e.len > 0
+                && e.end() <= LBLK_END
+                && e.ptr.checked_add(e.len).is_some_and(|end| end <= geo.data_blocks)
+        } else {
+            e.w0() >> 32 == 0 && e.ptr < geo.data_blocks
+        };
+        if !ok {
+            return Err(corrupted(
+                format!("extent node {p}: entry {i} {e:?} outside the data region or files"),
+                eo,
+            ));
+        }
+        entries.push(e);
+    }
+    Ok(Node { level, entries })
 }
 
 /// The entry of an index node whose child covers `lblk`.

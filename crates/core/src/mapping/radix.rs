@@ -75,6 +75,10 @@ impl Radix {
             b.set_root(pm, ino, root);
         }
         let (mut levels, mut node) = split_root(root);
+        if !(1..=LEVELS_MAX).contains(&levels) || !b.valid(node) {
+            let off = super::tree::root_off(&b.geo, ino);
+            return Err(corrupted(format!("radix root word {root:#x}"), off).into());
+        }
         while lblk >= capacity(levels) {
             let n = b.new_node(pm, node)?;
             pm.store_u64(entry_off(b, n, 0), node + 1);
