@@ -57,6 +57,28 @@ fn ace_seq2_sample_tree_mappings() {
 }
 
 #[test]
+fn tree_growth_under_crashes() {
+    // 270 single-block extents after holes: the extent tree splits its root leaf (255
+    // entries) and the radix tree's file passes 512 blocks (a second level) while crash
+    // images are checked at every fence.
+    let list = vec![
+        nvmfs_crashtest::tree_growth(MappingKind::Extent, 270),
+        nvmfs_crashtest::tree_growth(MappingKind::Radix, 270),
+    ];
+    let s = run(&list, 2, &|_, _| {});
+    assert!(
+        s.violations.is_empty(),
+        "{} violations, first: {:#?}",
+        s.violations.len(),
+        &s.violations[..s.violations.len().min(5)]
+    );
+    eprintln!(
+        "tree growth: {} workloads, {} fences, {} crash images, 0 violations",
+        s.workloads, s.fences, s.images
+    );
+}
+
+#[test]
 fn ace_seq2_sample() {
     check(Suite::Seq2, Some((60, 2026)));
 }
