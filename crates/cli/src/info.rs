@@ -327,11 +327,20 @@ impl Summary {
                 r.inode_table.inode_slots, r.inode_table.inode_size_bytes
             ),
         );
-        region(
-            "hash table",
-            &r.hash_table.region,
-            format!(" ({} entries)", r.hash_table.entries),
-        );
+        if m.name == "hashfs" {
+            region(
+                "hash table",
+                &r.hash_table.region,
+                format!(" ({} entries)", r.hash_table.entries),
+            );
+        } else {
+            // The same blocks hold the tree mappings' bitmap and root table (FORMAT.md §6a).
+            region(
+                "bitmap+roots",
+                &r.hash_table.region,
+                format!(" ({} bitmap bits)", r.hash_table.entries),
+            );
+        }
         region("data", &r.data, String::new());
 
         let _ = writeln!(s, "\nusage:");

@@ -37,31 +37,59 @@ fn flip_bit(geo: &Geometry, img: &mut [u8], b: u64) {
 }
 
 /// Damages: (name, what fsck must say (a substring), damage).
-type Damage = (&'static str, &'static str, fn(MappingKind, &Known, &mut Vec<u8>));
+type Damage = (
+    &'static str,
+    &'static str,
+    fn(MappingKind, &Known, &mut Vec<u8>),
+);
 
 fn damages() -> Vec<Damage> {
     vec![
-        ("root word past the data region", "root word", |_, k, img| {
-            let off = root_off(&k.geo, k.ino("/big.bin"));
-            put_u64(img, off, 1 << 48 | (k.geo.data_blocks + 5));
-        }),
+        (
+            "root word past the data region",
+            "root word",
+            |_, k, img| {
+                let off = root_off(&k.geo, k.ino("/big.bin"));
+                put_u64(img, off, 1 << 48 | (k.geo.data_blocks + 5));
+            },
+        ),
         ("root word with a bad level count", "level", |_, k, img| {
             let off = root_off(&k.geo, k.ino("/big.bin"));
             let w = get_u64(img, off);
             put_u64(img, off, w | 9 << 48);
         }),
-        ("root word of a free inode", "root of free inode", |_, k, img| {
-            let ino = nvmfs::testing::free_ino(img, &k.geo);
-            let w = get_u64(img, root_off(&k.geo, k.ino("/a.txt")));
-            put_u64(img, root_off(&k.geo, ino), w);
-        }),
-        ("node entry past the data region", "data region", |kind, k, img| {
-            let node = root_node(k, img, "/big.bin");
-            let off = k.geo.data_off(node) + 16 + 8;
-            // Extent: the first extent's data block; radix: a leaf entry (block + 1).
-            let v = if kind == MappingKind::Extent { k.geo.data_blocks } else { k.geo.data_blocks + 1 };
-            put_u64(img, if kind == MappingKind::Extent { off } else { off - 24 }, v);
-        }),
+        (
+            "root word of a free inode",
+            "root of free inode",
+            |_, k, img| {
+                let ino = nvmfs::testing::free_ino(img, &k.geo);
+                let w = get_u64(img, root_off(&k.geo, k.ino("/a.txt")));
+                put_u64(img, root_off(&k.geo, ino), w);
+            },
+        ),
+        (
+            "node entry past the data region",
+            "data region",
+            |kind, k, img| {
+                let node = root_node(k, img, "/big.bin");
+                let off = k.geo.data_off(node) + 16 + 8;
+                // Extent: the first extent's data block; radix: a leaf entry (block + 1).
+                let v = if kind == MappingKind::Extent {
+                    k.geo.data_blocks
+                } else {
+                    k.geo.data_blocks + 1
+                };
+                put_u64(
+                    img,
+                    if kind == MappingKind::Extent {
+                        off
+                    } else {
+                        off - 24
+                    },
+                    v,
+                );
+            },
+        ),
         ("data block owned twice", "owned twice", |kind, k, img| {
             let other = lookup(k, kind, img, "/a.txt", 0);
             let node = root_node(k, img, "/big.bin");
@@ -72,10 +100,14 @@ fn damages() -> Vec<Damage> {
                 put_u64(img, off, other + 1);
             }
         }),
-        ("bitmap bit of a mapped block cleared", "bitmap", |kind, k, img| {
-            let b = lookup(k, kind, img, "/big.bin", 3);
-            flip_bit(&k.geo, img, b);
-        }),
+        (
+            "bitmap bit of a mapped block cleared",
+            "bitmap",
+            |kind, k, img| {
+                let b = lookup(k, kind, img, "/big.bin", 3);
+                flip_bit(&k.geo, img, b);
+            },
+        ),
         ("bitmap bit of a free block set", "bitmap", |_, k, img| {
             flip_bit(&k.geo, img, k.geo.data_blocks - 1);
         }),
@@ -101,12 +133,20 @@ fn damages() -> Vec<Damage> {
 fn every_damage_is_reported_and_survived() {
     for kind in TREES {
         let k = known(kind);
-        assert!(check_pm(&Pm::from_bytes(&k.image)).is_clean(), "{kind}: known image");
+        assert!(
+            check_pm(&Pm::from_bytes(&k.image)).is_clean(),
+            "{kind}: known image"
+        );
         for (name, says, damage) in damages() {
             let mut img = k.image.clone();
             damage(kind, &k, &mut img);
             let r = check_pm(&Pm::from_bytes(&img));
-            assert_eq!(r.exit_code(), EXIT_UNCORRECTED, "{kind} {name}: {:?}", r.problems);
+            assert_eq!(
+                r.exit_code(),
+                EXIT_UNCORRECTED,
+                "{kind} {name}: {:?}",
+                r.problems
+            );
             assert!(
                 r.problems.iter().any(|p| p.what.contains(says)),
                 "{kind} {name}: expected {says:?} in {:?}",
@@ -119,20 +159,34 @@ fn every_damage_is_reported_and_survived() {
             assert_eq!(pm.snapshot(), img, "{kind} {name}: repair wrote");
             // A clean image mounts without walking the trees; reading everything must not
             // panic (damaged mappings read as holes or fail).
-            if let Ok(fs) = Fs::mount_pm(Pm::from_bytes(&img), &MountOptions::default(), None, None) {
+            if let Ok(fs) = Fs::mount_pm(Pm::from_bytes(&img), &MountOptions::default(), None, None)
+            {
                 let _ = read_tree(&fs);
             }
             // After an unclean shutdown recovery walks every tree: a damaged one refuses the
             // mount (damage recovery itself would fix, such as the bitmap, mounts).
             let mut unclean = img.clone();
             set_mount_state(&mut unclean, nvmfs::layout::state::STATE_MOUNTED);
-            let m = Fs::mount_pm(Pm::from_bytes(&unclean), &MountOptions::default(), None, None);
+            let m = Fs::mount_pm(
+                Pm::from_bytes(&unclean),
+                &MountOptions::default(),
+                None,
+                None,
+            );
             let repairable = says == "bitmap" || says == "past EOF" || says == "root of free inode";
-            assert_eq!(m.is_ok(), repairable, "{kind} {name}: unclean mount {:?}", m.err());
+            assert_eq!(
+                m.is_ok(),
+                repairable,
+                "{kind} {name}: unclean mount {:?}",
+                m.err()
+            );
             if let Ok(fs) = m {
                 let snap = fs.snapshot();
                 drop(fs);
-                assert!(check_pm(&Pm::from_bytes(&snap)).is_clean(), "{kind} {name}: after recovery");
+                assert!(
+                    check_pm(&Pm::from_bytes(&snap)).is_clean(),
+                    "{kind} {name}: after recovery"
+                );
             }
         }
     }
@@ -152,7 +206,10 @@ fn unknown_mapping_code_is_refused() {
             .err()
             .expect("mount refuses");
         assert!(e.to_string().contains("mapping"), "{e}");
-        assert_eq!(check_pm(&Pm::from_bytes(&img)).exit_code(), EXIT_UNCORRECTED);
+        assert_eq!(
+            check_pm(&Pm::from_bytes(&img)).exit_code(),
+            EXIT_UNCORRECTED
+        );
     }
 }
 
@@ -183,9 +240,14 @@ fn byte_flips_in_trees_never_panic() {
                 img[off as usize] ^= 1 << next(8);
             }
             let _ = check_pm(&Pm::from_bytes(&img));
-            for state in [nvmfs::layout::state::STATE_CLEAN, nvmfs::layout::state::STATE_MOUNTED] {
+            for state in [
+                nvmfs::layout::state::STATE_CLEAN,
+                nvmfs::layout::state::STATE_MOUNTED,
+            ] {
                 set_mount_state(&mut img, state);
-                if let Ok(fs) = Fs::mount_pm(Pm::from_bytes(&img), &MountOptions::default(), None, None) {
+                if let Ok(fs) =
+                    Fs::mount_pm(Pm::from_bytes(&img), &MountOptions::default(), None, None)
+                {
                     let _ = read_tree(&fs);
                     let _ = fs.write_file("/new", &[7u8; 9000]);
                     let _ = fs.remove_file("/big.bin");

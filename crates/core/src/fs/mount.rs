@@ -276,7 +276,10 @@ impl Fs {
                 pm,
                 geo.clone(),
                 sb,
-                Box::new(HashFs::with_count(&geo, UsedCount::Shared(parts.used.clone_word()))),
+                Box::new(HashFs::with_count(
+                    &geo,
+                    UsedCount::Shared(parts.used.clone_word()),
+                )),
                 InodeAlloc::unscanned(geo.inode_count),
                 opts,
                 path,

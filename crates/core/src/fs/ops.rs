@@ -392,8 +392,7 @@ impl Inner {
     /// Unmaps the blocks of `ino` in [from, to) (written back, maybe not fenced); returns how
     /// many. See `FileMap::unmap_range`.
     pub(crate) fn unmap_from(&self, ino: u32, from: u64, to: u64) -> io::Result<u64> {
-        self.map
-            .unmap_range(&self.pm, &self.journal, ino, from, to)
+        self.map.unmap_range(&self.pm, &self.journal, ino, from, to)
     }
 }
 

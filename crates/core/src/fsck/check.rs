@@ -58,7 +58,9 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
     let inodes = check_inodes(pm, &geo, &mut r);
     let counts = match sb.mapping {
         MappingKind::HashFs => check_table(pm, &geo, &inodes, unclean, &mut r),
-        MappingKind::Extent => check_trees(&extent::Extent::new(), pm, &geo, &inodes, unclean, &mut r),
+        MappingKind::Extent => {
+            check_trees(&extent::Extent::new(), pm, &geo, &inodes, unclean, &mut r)
+        }
         MappingKind::Radix => check_trees(&radix::Radix, pm, &geo, &inodes, unclean, &mut r),
     };
     check_block_counts(&geo, &inodes, &counts, unclean, &mut r);
@@ -260,13 +262,16 @@ fn check_trees<T: BlockTree>(
     let (mut stray, mut pending, mut bad) = (0u64, 0u64, Vec::new());
     for ino in 1..geo.inode_count as u32 {
         let off = tree::root_off(geo, ino);
-        let free = Inode::decode_raw(pm.bytes(geo.inode_off(ino as u64), INODE_SIZE as usize))
-            .is_free();
+        let free =
+            Inode::decode_raw(pm.bytes(geo.inode_off(ino as u64), INODE_SIZE as usize)).is_free();
         if free && pm.load_u64(off) != 0 {
             if unclean {
                 stray += 1;
             } else {
-                r.problem(format!("{} root of free inode {ino} is not empty", T::KIND), off);
+                r.problem(
+                    format!("{} root of free inode {ino} is not empty", T::KIND),
+                    off,
+                );
             }
         }
     }
@@ -276,7 +281,12 @@ fn check_trees<T: BlockTree>(
         geo,
         &mut |ino, e| bad.push((ino, e)),
         &mut |ino, reach| {
-            let Reach::Data { lblk, pending: p, .. } = reach else { return };
+            let Reach::Data {
+                lblk, pending: p, ..
+            } = reach
+            else {
+                return;
+            };
             let owner = inodes[ino as usize].as_ref();
             if p {
                 pending += 1;
@@ -286,7 +296,10 @@ fn check_trees<T: BlockTree>(
         },
     );
     for (ino, e) in bad {
-        r.problem(format!("{} tree of inode {ino}: {}", T::KIND, e.what), e.offset);
+        r.problem(
+            format!("{} tree of inode {ino}: {}", T::KIND, e.what),
+            e.offset,
+        );
     }
     let recovery = |what: String, r: &mut FsckReport| {
         if unclean {
@@ -296,7 +309,10 @@ fn check_trees<T: BlockTree>(
         }
     };
     if pending > 0 {
-        recovery(format!("{pending} block(s) claimed by operations in flight"), r);
+        recovery(
+            format!("{pending} block(s) claimed by operations in flight"),
+            r,
+        );
     }
     if stray > 0 {
         recovery(format!("{stray} mapping(s) past EOF or of freed inodes"), r);

@@ -339,7 +339,10 @@ impl Superblock {
 /// mapping with it.
 fn decode_mapping(b: &[u8], incompat: u64) -> Result<MappingKind, String> {
     let code = get_u32(b, O_MAPPING);
-    match (incompat & INCOMPAT_MAPPING != 0, MappingKind::from_code(code)) {
+    match (
+        incompat & INCOMPAT_MAPPING != 0,
+        MappingKind::from_code(code),
+    ) {
         (false, Some(MappingKind::HashFs)) => Ok(MappingKind::HashFs),
         (true, Some(k)) if k != MappingKind::HashFs => Ok(k),
         (flag, _) => Err(format!(

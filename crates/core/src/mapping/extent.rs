@@ -104,13 +104,19 @@ fn encode(level: u64, entries: &[Entry]) -> Vec<u8> {
 /// Reads node `p`, or says what is wrong with it.
 fn read_node(pm: &Pm, geo: &Geometry, p: u64) -> Result<Node, Corrupted> {
     if p >= geo.data_blocks {
-        return Err(corrupted(format!("extent node {p}: past the data region"), 0));
+        return Err(corrupted(
+            format!("extent node {p}: past the data region"),
+            0,
+        ));
     }
     let off = geo.data_off(p);
     let h = pm.load_u64(off);
     let count = ((h >> 16) & 0xffff) as usize;
     if h & 0xffff != MAGIC || count > ENTRIES_MAX || (h >> 32) >= LEVELS_MAX || h >> 48 != 0 {
-        return Err(corrupted(format!("extent node {p}: bad header {h:#x}"), off));
+        return Err(corrupted(
+            format!("extent node {p}: bad header {h:#x}"),
+            off,
+        ));
     }
     let level = h >> 32;
     let mut entries = Vec::with_capacity(count);
@@ -122,7 +128,9 @@ fn read_node(pm: &Pm, geo: &Geometry, p: u64) -> Result<Node, Corrupted> {
         let ok = if level == 0 {
             e.len > 0
                 && e.end() <= LBLK_END
-                && e.ptr.checked_add(e.len).is_some_and(|end| end <= geo.data_blocks)
+                && e.ptr
+                    .checked_add(e.len)
+                    .is_some_and(|end| end <= geo.data_blocks)
         } else {
             e.w0() >> 32 == 0 && e.ptr < geo.data_blocks
         };
@@ -167,7 +175,9 @@ impl Default for Extent {
 impl Extent {
     pub fn new() -> Extent {
         Extent {
-            cursors: (0..CURSOR_SHARDS).map(|_| Mutex::new((0, 0, 0, 0))).collect(),
+            cursors: (0..CURSOR_SHARDS)
+                .map(|_| Mutex::new((0, 0, 0, 0)))
+                .collect(),
         }
     }
 
@@ -187,7 +197,10 @@ impl Extent {
         let root = b.root(pm, ino);
         let (levels, mut node) = split_root(root);
         if root == 0 || !(1..=LEVELS_MAX).contains(&levels) {
-            return Err(corrupted(format!("extent root word {root:#x}"), root_off(&b.geo, ino)));
+            return Err(corrupted(
+                format!("extent root word {root:#x}"),
+                root_off(&b.geo, ino),
+            ));
         }
         let mut path: Vec<Step> = Vec::new();
         let mut in_parent = 0;
@@ -226,8 +239,15 @@ impl Extent {
     }
 
     /// Splits full node `path[k]` (whose parent, if any, has room) into two new nodes.
-    fn split(&self, b: &Base, pm: &Pm, j: &Journal, ino: u32, path: &[Step], k: usize)
-        -> io::Result<()> {
+    fn split(
+        &self,
+        b: &Base,
+        pm: &Pm,
+        j: &Journal,
+        ino: u32,
+        path: &[Step],
+        k: usize,
+    ) -> io::Result<()> {
         let s = &path[k];
         let mut entries = s.n.entries.clone();
         entries.sort_by_key(|e| e.key);
@@ -250,10 +270,20 @@ impl Extent {
         let mut tx = j.begin(pm);
         tx.fresh(b.off(a), &encode(s.n.level, lo));
         tx.fresh(b.off(c), &encode(s.n.level, hi));
-        let right = Entry { key: hi[0].key, len: 0, ptr: c, pending: false };
+        let right = Entry {
+            key: hi[0].key,
+            len: 0,
+            ptr: c,
+            pending: false,
+        };
         if is_root {
             let r = got[2];
-            let left = Entry { key: lo[0].key, len: 0, ptr: a, pending: false };
+            let left = Entry {
+                key: lo[0].key,
+                len: 0,
+                ptr: a,
+                pending: false,
+            };
             tx.fresh(b.off(r), &encode(s.n.level + 1, &[left, right]));
             tx.write_u64(root_off(&b.geo, ino), root_word(path.len() as u64 + 1, r));
         } else {
@@ -272,8 +302,14 @@ impl Extent {
     }
 
     /// The leaf for `lblk` with room for one more entry, splitting full nodes on the way.
-    fn leaf_with_room(&self, b: &Base, pm: &Pm, j: &Journal, ino: u32, lblk: u64)
-        -> io::Result<Step> {
+    fn leaf_with_room(
+        &self,
+        b: &Base,
+        pm: &Pm,
+        j: &Journal,
+        ino: u32,
+        lblk: u64,
+    ) -> io::Result<Step> {
         self.ensure_root(b, pm, ino)?;
         // Each split either ends the loop or adds a level; LEVELS_MAX levels bound it.
         for _ in 0..2 * LEVELS_MAX + 2 {
@@ -316,7 +352,9 @@ impl Extent {
                 Some(x) => x,
                 None => break,
             };
-            let Ok(n) = read_node(pm, &b.geo, p) else { continue };
+            let Ok(n) = read_node(pm, &b.geo, p) else {
+                continue;
+            };
             if n.level == 0 {
                 out.push((p, n));
             } else {
@@ -370,10 +408,18 @@ impl Extent {
             }
             freed.extend(e.ptr + (s - e.key)..e.ptr + (t - e.key));
             if e.key < s {
-                out.push(Entry { len: s - e.key, ..*e });
+                out.push(Entry {
+                    len: s - e.key,
+                    ..*e
+                });
             }
             if t < e.end() {
-                out.push(Entry { key: t, len: e.end() - t, ptr: e.ptr + (t - e.key), ..*e });
+                out.push(Entry {
+                    key: t,
+                    len: e.end() - t,
+                    ptr: e.ptr + (t - e.key),
+                    ..*e
+                });
             }
         }
         (out, freed)
@@ -381,8 +427,15 @@ impl Extent {
 
     /// Cuts [from, to) out of every leaf, one transaction per changed leaf. A leaf that would
     /// overflow (an extent cut in the middle) is split first (`grow_ok`), or the cut stops.
-    fn cut_range(&self, b: &Base, pm: &Pm, j: &Journal, ino: u32, range: (u64, u64),
-        drop_pending: bool) -> io::Result<Vec<u64>> {
+    fn cut_range(
+        &self,
+        b: &Base,
+        pm: &Pm,
+        j: &Journal,
+        ino: u32,
+        range: (u64, u64),
+        drop_pending: bool,
+    ) -> io::Result<Vec<u64>> {
         let (from, to) = range;
         let mut freed = Vec::new();
         // Each round either finishes or splits one leaf, which ends the next round's overflow.
@@ -436,18 +489,30 @@ impl Extent {
             let lo = if i == 0 { range.0 } else { e.key };
             let hi = sorted.get(i + 1).map_or(range.1, |x| x.key);
             if level == 0 {
-                if e.len == 0 || e.key < range.0 || e.end() > range.1 || e.ptr + e.len > geo.data_blocks {
+                if e.len == 0
+                    || e.key < range.0
+                    || e.end() > range.1
+                    || e.ptr + e.len > geo.data_blocks
+                {
                     return bad(format!("extent {e:?} outside its range or the data region"));
                 }
                 if sorted.get(i + 1).is_some_and(|x| x.key < e.end()) {
-                    return bad(format!("extents overlap at logical block {}", e.key + e.len - 1));
+                    return bad(format!(
+                        "extents overlap at logical block {}",
+                        e.key + e.len - 1
+                    ));
                 }
                 for k in 0..e.len {
-                    visit(Reach::Data { lblk: e.key + k, pblk: e.ptr + k, pending: e.pending });
+                    visit(Reach::Data {
+                        lblk: e.key + k,
+                        pblk: e.ptr + k,
+                        pending: e.pending,
+                    });
                 }
                 continue;
             }
-            if e.w0() >> 32 != 0 || (i > 0 && (e.key <= sorted[i - 1].key || e.key < range.0))
+            if e.w0() >> 32 != 0
+                || (i > 0 && (e.key <= sorted[i - 1].key || e.key < range.0))
                 || e.ptr >= geo.data_blocks
             {
                 return bad(format!("index entry {e:?}"));
@@ -487,7 +552,11 @@ impl BlockTree for Extent {
         // then; blocks past it are invisible until the inode's size or count moves (and
         // recovery trims them), so they may join a published extent at once.
         let limit = allowed_blocks(&inode);
-        let prev = leaf.n.entries.iter().position(|e| e.end() == l && e.len < LEN_MAX);
+        let prev = leaf
+            .n
+            .entries
+            .iter()
+            .position(|e| e.end() == l && e.len < LEN_MAX);
         let goal = prev.map_or(leaf.node + 1, |i| {
             let e = leaf.n.entries[i];
             e.ptr + e.len
@@ -497,14 +566,26 @@ impl BlockTree for Extent {
             let e = leaf.n.entries[i];
             if (e.pending && (e.key < limit) == (l < limit)) || (!e.pending && l >= limit) {
                 let off = entry_off(b, leaf.node, i);
-                pm.store_u64(off, Entry { len: e.len + 1, ..e }.w0());
+                pm.store_u64(
+                    off,
+                    Entry {
+                        len: e.len + 1,
+                        ..e
+                    }
+                    .w0(),
+                );
                 pm.persist(off, 8);
                 pm.fence();
                 return Ok(Claim { pblk, prior: 0 });
             }
         }
         let count = leaf.n.entries.len();
-        let e = Entry { key: l, len: 1, ptr: pblk, pending: true };
+        let e = Entry {
+            key: l,
+            len: 1,
+            ptr: pblk,
+            pending: true,
+        };
         let off = entry_off(b, leaf.node, count);
         pm.store_u64(off, e.w0());
         pm.store_u64(off + 8, e.ptr);
@@ -519,18 +600,29 @@ impl BlockTree for Extent {
     fn abandon(&self, b: &Base, pm: &Pm, j: &Journal, c: Claim, ino: u32, lblk: u32) {
         self.forget(ino);
         let l = lblk as u64;
-        let Some((leaf, i, e)) = self.find(b, pm, ino, l).filter(|x| x.2.ptr + (l - x.2.key) == c.pblk)
+        let Some((leaf, i, e)) = self
+            .find(b, pm, ino, l)
+            .filter(|x| x.2.ptr + (l - x.2.key) == c.pblk)
         else {
             return;
         };
         let off = entry_off(b, leaf, i);
         if e.len > 1 && l + 1 == e.end() {
             // The newest block of a run (callers abandon newest first): invisible either way.
-            pm.store_u64(off, Entry { len: e.len - 1, ..e }.w0());
+            pm.store_u64(
+                off,
+                Entry {
+                    len: e.len - 1,
+                    ..e
+                }
+                .w0(),
+            );
             pm.persist(off, 8);
             pm.fence();
         } else {
-            let Ok(n) = read_node(pm, &b.geo, leaf) else { return };
+            let Ok(n) = read_node(pm, &b.geo, leaf) else {
+                return;
+            };
             let (out, _) = Self::cut(&n.entries, l, l + 1, false);
             if out.len() > ENTRIES_MAX {
                 // A block inside a pending run with no room to split it: it stays in the run,
@@ -545,23 +637,48 @@ impl BlockTree for Extent {
     }
 
     fn publish_in(&self, b: &Base, tx: &mut Tx<'_>, _c: Claim, ino: u32, lblk: u32) {
-        let (leaf, i, e) = self.find(b, tx.pm(), ino, lblk as u64).expect("claimed block is in the tree");
+        let (leaf, i, e) = self
+            .find(b, tx.pm(), ino, lblk as u64)
+            .expect("claimed block is in the tree");
         if e.pending {
-            tx.write_u64(entry_off(b, leaf, i), Entry { pending: false, ..e }.w0());
+            tx.write_u64(
+                entry_off(b, leaf, i),
+                Entry {
+                    pending: false,
+                    ..e
+                }
+                .w0(),
+            );
         }
     }
 
     fn publish(&self, b: &Base, pm: &Pm, _c: Claim, ino: u32, lblk: u32) {
-        let (leaf, i, e) = self.find(b, pm, ino, lblk as u64).expect("claimed block is in the tree");
+        let (leaf, i, e) = self
+            .find(b, pm, ino, lblk as u64)
+            .expect("claimed block is in the tree");
         if e.pending {
             let off = entry_off(b, leaf, i);
-            pm.store_u64(off, Entry { pending: false, ..e }.w0());
+            pm.store_u64(
+                off,
+                Entry {
+                    pending: false,
+                    ..e
+                }
+                .w0(),
+            );
             pm.persist(off, 8);
         }
     }
 
-    fn unmap(&self, b: &Base, pm: &Pm, j: &Journal, ino: u32, from: u64, to: u64)
-        -> io::Result<Vec<u64>> {
+    fn unmap(
+        &self,
+        b: &Base,
+        pm: &Pm,
+        j: &Journal,
+        ino: u32,
+        from: u64,
+        to: u64,
+    ) -> io::Result<Vec<u64>> {
         self.forget(ino);
         if b.root(pm, ino) == 0 || from >= to {
             return Ok(Vec::new());
@@ -575,11 +692,19 @@ impl BlockTree for Extent {
         self.cut_range(b, pm, j, ino, (from, to), false)
     }
 
-    fn walk(&self, pm: &Pm, geo: &Geometry, root: u64, visit: &mut dyn FnMut(Reach) -> bool)
-        -> Result<(), Corrupted> {
+    fn walk(
+        &self,
+        pm: &Pm,
+        geo: &Geometry,
+        root: u64,
+        visit: &mut dyn FnMut(Reach) -> bool,
+    ) -> Result<(), Corrupted> {
         let (levels, node) = split_root(root);
         if !(1..=LEVELS_MAX).contains(&levels) || node >= geo.data_blocks {
-            return Err(corrupted(format!("extent root word {root:#x}: bad level count or node"), 0));
+            return Err(corrupted(
+                format!("extent root word {root:#x}: bad level count or node"),
+                0,
+            ));
         }
         if visit(Reach::Node(node)) {
             self.walk_node(pm, geo, node, levels - 1, (0, LBLK_END), visit)?;

@@ -40,7 +40,8 @@ pub enum MappingKind {
 }
 
 impl MappingKind {
-    pub const ALL: [MappingKind; 3] = [MappingKind::HashFs, MappingKind::Extent, MappingKind::Radix];
+    pub const ALL: [MappingKind; 3] =
+        [MappingKind::HashFs, MappingKind::Extent, MappingKind::Radix];
 
     pub fn name(self) -> &'static str {
         match self {

@@ -252,7 +252,9 @@ impl BlockTree for Radix {
         let goal = lblk
             .checked_sub(1)
             .and_then(|l| self.lookup(b, pm, ino, l))
-            .map_or((entry - b.off(0)) / crate::layout::BLOCK_SIZE + 1, |p| p + 1);
+            .map_or((entry - b.off(0)) / crate::layout::BLOCK_SIZE + 1, |p| {
+                p + 1
+            });
         let pblk = b.alloc.alloc(pm, goal)?;
         Ok(Claim { pblk, prior: 0 })
     }

@@ -114,8 +114,15 @@ pub trait BlockTree: Send + Sync + 'static {
     fn publish(&self, b: &Base, pm: &Pm, c: Claim, ino: u32, lblk: u32);
     /// Unmaps [from, to); durable on return; returns the data blocks to release (the nodes it
     /// dropped are released already).
-    fn unmap(&self, b: &Base, pm: &Pm, j: &Journal, ino: u32, from: u64, to: u64)
-        -> io::Result<Vec<u64>>;
+    fn unmap(
+        &self,
+        b: &Base,
+        pm: &Pm,
+        j: &Journal,
+        ino: u32,
+        from: u64,
+        to: u64,
+    ) -> io::Result<Vec<u64>>;
     /// Validates the tree of root word `root` and reports every node and mapping to `visit`,
     /// which returns false for a block already seen (its subtree is then not walked again).
     fn walk(
@@ -304,9 +311,15 @@ pub fn recover<T: BlockTree>(
             report.stray_blocks_freed += tree.trim(&base, pm, &journal, ino, allowed_blocks(&i));
         }
         let mut bad = None;
-        let c = census(tree, pm, geo, &mut |_, e| {
-            bad.get_or_insert(e);
-        }, &mut |_, _| {});
+        let c = census(
+            tree,
+            pm,
+            geo,
+            &mut |_, e| {
+                bad.get_or_insert(e);
+            },
+            &mut |_, _| {},
+        );
         if let Some(e) = bad {
             return Err(e);
         }
@@ -364,8 +377,12 @@ mod tests {
     impl Rig {
         fn map(&mut self, lblk: u64) -> u64 {
             self.map.reserve(1).unwrap();
-            let c = self.map.claim(&self.pm, &self.journal, INO, lblk as u32).unwrap();
-            self.map.publish(&self.pm, &self.journal, c, INO, lblk as u32);
+            let c = self
+                .map
+                .claim(&self.pm, &self.journal, INO, lblk as u32)
+                .unwrap();
+            self.map
+                .publish(&self.pm, &self.journal, c, INO, lblk as u32);
             self.pm.fence();
             self.model.insert(lblk, c.pblk);
             c.pblk
@@ -376,7 +393,12 @@ mod tests {
                 .iter()
                 .map(|&l| {
                     self.map.reserve(1).unwrap();
-                    (self.map.claim(&self.pm, &self.journal, INO, l as u32).unwrap(), l)
+                    (
+                        self.map
+                            .claim(&self.pm, &self.journal, INO, l as u32)
+                            .unwrap(),
+                        l,
+                    )
                 })
                 .collect();
             let mut tx = self.journal.begin(&self.pm);
@@ -405,7 +427,11 @@ mod tests {
         /// the blocks the tree reaches.
         fn check<T: BlockTree>(&self, t: &T) {
             for (&l, &p) in &self.model {
-                assert_eq!(self.map.lookup(&self.pm, INO, l as u32), Some(p), "lblk {l}");
+                assert_eq!(
+                    self.map.lookup(&self.pm, INO, l as u32),
+                    Some(p),
+                    "lblk {l}"
+                );
             }
             let mut mapped = BTreeMap::new();
             let c = census(
@@ -414,7 +440,12 @@ mod tests {
                 &self.geo,
                 &mut |_, e| panic!("tree damaged: {e}"),
                 &mut |_, r| {
-                    if let Reach::Data { lblk, pblk, pending } = r {
+                    if let Reach::Data {
+                        lblk,
+                        pblk,
+                        pending,
+                    } = r
+                    {
                         assert!(!pending);
                         mapped.insert(lblk, pblk);
                     }
@@ -472,10 +503,17 @@ mod tests {
             r.map(l);
         }
         let mut nodes = 0;
-        census(&Extent::new(), &r.pm, &r.geo, &mut |_, e| panic!("{e}"), &mut |_, x| {
-            nodes += matches!(x, Reach::Node(_)) as u32
-        });
-        assert_eq!(nodes, 1, "300 contiguous blocks fit one extent in the root leaf");
+        census(
+            &Extent::new(),
+            &r.pm,
+            &r.geo,
+            &mut |_, e| panic!("{e}"),
+            &mut |_, x| nodes += matches!(x, Reach::Node(_)) as u32,
+        );
+        assert_eq!(
+            nodes, 1,
+            "300 contiguous blocks fit one extent in the root leaf"
+        );
     }
 
     #[test]
@@ -493,7 +531,10 @@ mod tests {
             r.map_in_tx(&[1001, 1003, 1005]);
             check(&r);
             let levels = split_root(r.pm.load_u64(root_off(&r.geo, INO))).0;
-            assert_eq!(levels, 2, "{kind}: 1500 extents / 3000 blocks need two levels");
+            assert_eq!(
+                levels, 2,
+                "{kind}: 1500 extents / 3000 blocks need two levels"
+            );
         });
     }
 
