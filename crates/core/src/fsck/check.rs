@@ -290,7 +290,7 @@ fn check_trees<T: BlockTree>(
             let owner = inodes[ino as usize].as_ref();
             if p {
                 pending += 1;
-            } else if !owner.is_some_and(|i| lblk < allowed_blocks(i)) {
+            } else if owner.is_none_or(|i| lblk >= allowed_blocks(i)) {
                 stray += 1;
             }
         },
