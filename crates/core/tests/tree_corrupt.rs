@@ -256,3 +256,45 @@ fn byte_flips_in_trees_never_panic() {
         }
     }
 }
+
+#[test]
+fn enospc_on_tree_mappings_loses_nothing_and_space_comes_back() {
+    for kind in TREES {
+        let fs = Fs::format_in_memory(&nvmfs::FormatOptions {
+            size_bytes: 2 << 20,
+            inode_count: Some(128),
+            mapping: kind,
+        })
+        .unwrap();
+        let mut written = Vec::new();
+        for i in 0.. {
+            let data = nvmfs::testing::pattern(20_000 + i * 97, i as u64);
+            match fs.write_file(format!("/f{i}"), &data) {
+                Ok(()) => written.push((i, data)),
+                Err(e) => {
+                    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{kind}: {e}");
+                    break;
+                }
+            }
+        }
+        assert!(written.len() > 10, "{kind}: only {} files fit", written.len());
+        for (i, data) in &written {
+            assert_eq!(&fs.read_file(format!("/f{i}")).unwrap(), data, "{kind} /f{i}");
+        }
+        let snap = fs.snapshot();
+        assert!(check_pm(&Pm::from_bytes(&snap)).is_clean(), "{kind}: full image");
+        for (i, _) in &written {
+            fs.remove_file(format!("/f{i}")).unwrap();
+        }
+        // The file whose write hit ENOSPC was created and keeps what fit.
+        fs.remove_file(format!("/f{}", written.len())).unwrap();
+        // Everything but the root directory's blocks and its tree node is free again.
+        let st = fs.statfs();
+        assert!(st.blocks_free + 4 >= st.blocks, "{kind}: {st:?}");
+        assert_eq!(st.inodes_free + 1, st.inodes, "{kind}");
+        let data = nvmfs::testing::pattern(300_000, 9);
+        fs.write_file("/again", &data).unwrap();
+        assert_eq!(fs.read_file("/again").unwrap(), data);
+        assert!(check_pm(&Pm::from_bytes(&fs.snapshot())).is_clean(), "{kind}: after reuse");
+    }
+}
