@@ -28,7 +28,8 @@ use crate::size::{format_size, parse_size};
         DAX file system for real persistent memory.",
     after_help = "Exit status: 0 on success, 1 on error.\n\n\
         Examples:\n  nvmfs mkfs /dev/shm/nvmfs.img\n  nvmfs mkfs --size 8G --inodes 1000000 /dev/shm/big.img\n  \
-        nvmfs mkfs --mapping extent /dev/shm/extent.img"
+        nvmfs mkfs --mapping extent /dev/shm/extent.img\n  \
+        nvmfs mkfs --mapping radix --layout-score 0.8 /dev/shm/radix.img"
 )]
 pub struct Args {
     /// Image size: bytes, or with a binary unit K, M, G, T (KiB, ...); rounded down to whole
@@ -44,6 +45,10 @@ pub struct Args {
     #[arg(short, long, value_name = "MAPPING", default_value = "hashfs",
         value_parser = ["hashfs", "extent", "radix"])]
     pub mapping: String,
+    /// Fragment new files to this layout score, 0..1 (the share of a file's blocks that
+    /// follow the previous block physically; Neal et al.): extent and radix only
+    #[arg(long, value_name = "S")]
+    pub layout_score: Option<f64>,
     /// Overwrite IMAGE even if it already holds an nvmfs image or other data
     #[arg(short, long)]
     pub force: bool,
@@ -95,6 +100,17 @@ fn mkfs(args: &Args) -> Result<String, String> {
         nvmfs::mapping::tree::check_fits(&geo)
             .map_err(|e| format!("cannot lay out the {mapping} mapping: {e}"))?;
     }
+    if let Some(s) = args.layout_score {
+        if !mapping.uses_allocator() {
+            return Err(format!(
+                "--layout-score needs --mapping extent or radix (the {mapping} mapping has no \
+                 block allocator to fragment)"
+            ));
+        }
+        if !(0.0..=1.0).contains(&s) {
+            return Err(format!("--layout-score {s}: must be between 0 and 1"));
+        }
+    }
 
     let existing = match std::fs::metadata(path) {
         Ok(md) => {
@@ -118,6 +134,7 @@ fn mkfs(args: &Args) -> Result<String, String> {
         size_bytes: size,
         inode_count: args.inodes,
         mapping,
+        layout_score: args.layout_score,
     };
     if let Err(e) = Fs::format(path, &opts) {
         if existing.is_none() {
@@ -154,6 +171,9 @@ fn mkfs(args: &Args) -> Result<String, String> {
     // Inode 0 is never used, as in statfs.
     let _ = writeln!(s, "  inodes:       {}", geo.inode_count - 1);
     let _ = writeln!(s, "  mapping:      {}", sb.mapping);
+    if let Some(p) = sb.layout_score_permille {
+        let _ = writeln!(s, "  layout score: {:.3}", p as f64 / 1000.0);
+    }
     let _ = writeln!(s, "  uuid:         {}", output::uuid_string(&sb.uuid));
     Ok(s)
 }

@@ -308,6 +308,7 @@ fn run_on(seed: u64, mapping: nvmfs::MappingKind) {
         size_bytes: 16 << 20,
         inode_count: Some(64),
         mapping,
+        layout_score: None,
     })
     .unwrap();
     let inos =

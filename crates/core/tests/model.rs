@@ -422,6 +422,7 @@ fn run(ops: &[Op], mapping: MappingKind) {
             size_bytes: 8 << 20,
             inode_count: Some(256),
             mapping,
+            layout_score: None,
         },
     )
     .unwrap();

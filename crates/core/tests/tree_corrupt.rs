@@ -264,6 +264,7 @@ fn enospc_on_tree_mappings_loses_nothing_and_space_comes_back() {
             size_bytes: 2 << 20,
             inode_count: Some(128),
             mapping: kind,
+            layout_score: None,
         })
         .unwrap();
         let mut written = Vec::new();
@@ -277,12 +278,23 @@ fn enospc_on_tree_mappings_loses_nothing_and_space_comes_back() {
                 }
             }
         }
-        assert!(written.len() > 10, "{kind}: only {} files fit", written.len());
+        assert!(
+            written.len() > 10,
+            "{kind}: only {} files fit",
+            written.len()
+        );
         for (i, data) in &written {
-            assert_eq!(&fs.read_file(format!("/f{i}")).unwrap(), data, "{kind} /f{i}");
+            assert_eq!(
+                &fs.read_file(format!("/f{i}")).unwrap(),
+                data,
+                "{kind} /f{i}"
+            );
         }
         let snap = fs.snapshot();
-        assert!(check_pm(&Pm::from_bytes(&snap)).is_clean(), "{kind}: full image");
+        assert!(
+            check_pm(&Pm::from_bytes(&snap)).is_clean(),
+            "{kind}: full image"
+        );
         for (i, _) in &written {
             fs.remove_file(format!("/f{i}")).unwrap();
         }
@@ -295,6 +307,9 @@ fn enospc_on_tree_mappings_loses_nothing_and_space_comes_back() {
         let data = nvmfs::testing::pattern(300_000, 9);
         fs.write_file("/again", &data).unwrap();
         assert_eq!(fs.read_file("/again").unwrap(), data);
-        assert!(check_pm(&Pm::from_bytes(&fs.snapshot())).is_clean(), "{kind}: after reuse");
+        assert!(
+            check_pm(&Pm::from_bytes(&fs.snapshot())).is_clean(),
+            "{kind}: after reuse"
+        );
     }
 }

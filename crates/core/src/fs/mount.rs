@@ -41,6 +41,10 @@ pub struct FormatOptions {
     pub inode_count: Option<u64>,
     /// The file mapping (default HashFS).
     pub mapping: MappingKind,
+    /// Tree mappings: the layout score (0..=1) the allocator aims at: the share of a file's
+    /// blocks that follow the previous block physically. None: as contiguous as free space
+    /// allows. Neal et al. compare mappings at several layout scores.
+    pub layout_score: Option<f64>,
 }
 
 impl Default for FormatOptions {
@@ -49,6 +53,7 @@ impl Default for FormatOptions {
             size_bytes: 1 << 30,
             inode_count: None,
             mapping: MappingKind::HashFs,
+            layout_score: None,
         }
     }
 }
@@ -92,16 +97,34 @@ fn plan(blocks: u64, opts: &FormatOptions) -> io::Result<Geometry> {
     if opts.mapping.uses_allocator() {
         tree::check_fits(&geo).map_err(invalid)?;
     }
+    layout_permille(opts).map_err(invalid)?;
     Ok(geo)
+}
+
+/// The layout score of `opts` in thousandths, or why it cannot be used.
+fn layout_permille(opts: &FormatOptions) -> Result<Option<u32>, String> {
+    let Some(s) = opts.layout_score else {
+        return Ok(None);
+    };
+    if !opts.mapping.uses_allocator() {
+        return Err(format!(
+            "a layout score needs a mapping with a block allocator (extent or radix), not {}",
+            opts.mapping
+        ));
+    }
+    if !(0.0..=1.0).contains(&s) {
+        return Err(format!("layout score {s} is not between 0 and 1"));
+    }
+    Ok(Some((s * 1000.0).round() as u32))
 }
 
 /// Writes a fresh file system into `pm` (all zero on entry). An all-zero mapping region is an
 /// empty table for every mapping: HashFS's free slots, or the tree mappings' empty bitmap and
 /// root table.
-fn write_fresh(pm: &Pm, geo: &Geometry, mapping: MappingKind) {
-    let sb = Superblock::new(geo.clone(), uuid(), now_ns() as u64)
-        .with_mapping(mapping)
-        .encode();
+fn write_fresh(pm: &Pm, geo: &Geometry, opts: &FormatOptions) {
+    let mut sb = Superblock::new(geo.clone(), uuid(), now_ns() as u64).with_mapping(opts.mapping);
+    sb.layout_score_permille = layout_permille(opts).expect("checked by plan");
+    let sb = sb.encode();
     pm.write(PRIMARY_BLOCK * BLOCK_SIZE, &sb);
     pm.write(REPLICA_BLOCK * BLOCK_SIZE, &sb);
     pm.write(STATE_BLOCK * BLOCK_SIZE, &MountState::default().encode());
@@ -169,7 +192,7 @@ impl Fs {
         f.set_len(blocks * BLOCK_SIZE)?;
         preallocate(&f, blocks * BLOCK_SIZE)?;
         let pm = Pm::map_file(&f, path, blocks * BLOCK_SIZE, true)?;
-        write_fresh(&pm, &geo, opts.mapping);
+        write_fresh(&pm, &geo, opts);
         pm.sync_backing()?;
         unlock_image(&f);
         Ok(())
@@ -199,7 +222,7 @@ impl Fs {
         let blocks = opts.size_bytes / BLOCK_SIZE;
         let geo = plan(blocks, opts)?;
         let pm = Pm::in_memory(blocks * BLOCK_SIZE);
-        write_fresh(&pm, &geo, opts.mapping);
+        write_fresh(&pm, &geo, opts);
         Self::mount_pm(pm, &MountOptions::default(), None, None)
     }
 
@@ -212,11 +235,11 @@ impl Fs {
     pub fn format_pm_with(pm: Pm, mapping: MappingKind) -> io::Result<Fs> {
         let opts = FormatOptions {
             size_bytes: pm.len(),
-            inode_count: None,
             mapping,
+            ..Default::default()
         };
         let geo = plan(pm.len() / BLOCK_SIZE, &opts)?;
-        write_fresh(&pm, &geo, mapping);
+        write_fresh(&pm, &geo, &opts);
         Self::mount_pm(pm, &MountOptions::default(), None, None)
     }
 
@@ -311,7 +334,7 @@ impl Fs {
             open_hashfs(&pm, &geo, opts, unclean, shared.as_ref(), &mut report)
         } else {
             let recover = unclean && !opts.read_only;
-            open_tree(&pm, &geo, sb.mapping, recover, &mut report).map_err(corrupt_to_io)?
+            open_tree(&pm, &geo, &sb, recover, &mut report).map_err(corrupt_to_io)?
         };
         let mut inner = Inner::assemble(
             pm,
@@ -593,19 +616,23 @@ fn open_hashfs(
 fn open_tree(
     pm: &Pm,
     geo: &Geometry,
-    kind: MappingKind,
+    sb: &Superblock,
     recover: bool,
     report: &mut RecoveryReport,
 ) -> Result<Box<dyn FileMap>, Corrupted> {
-    Ok(match kind {
+    let scatter = |a: crate::mapping::balloc::BlockAlloc| {
+        a.aim_layout_score(sb.layout_score_permille);
+        a
+    };
+    Ok(match sb.mapping {
         MappingKind::Extent => {
             let t = extent::Extent::new();
-            let alloc = tree::recover(&t, pm, geo, recover, report)?;
+            let alloc = scatter(tree::recover(&t, pm, geo, recover, report)?);
             Box::new(TreeMap::new(t, geo, alloc))
         }
         MappingKind::Radix => {
             let t = radix::Radix;
-            let alloc = tree::recover(&t, pm, geo, recover, report)?;
+            let alloc = scatter(tree::recover(&t, pm, geo, recover, report)?);
             Box::new(TreeMap::new(t, geo, alloc))
         }
         MappingKind::HashFs => unreachable!("HashFS is opened by open_hashfs"),

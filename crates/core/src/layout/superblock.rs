@@ -53,6 +53,7 @@ const O_UUID: usize = 120;
 const O_CREATED_NS: usize = 136;
 const O_INODE_SIZE: usize = 144;
 const O_MAPPING: usize = 148;
+const O_LAYOUT_SCORE: usize = 152;
 const O_CHECKSUM: usize = 4092;
 
 /// Where everything is, in blocks. Derived from the image size at mkfs, then read back from
@@ -212,6 +213,9 @@ pub struct Superblock {
     pub created_ns: u64,
     /// The file mapping (`hashfs` unless INCOMPAT_MAPPING is set).
     pub mapping: MappingKind,
+    /// Tree mappings: the layout score the allocator aims at, in thousandths (mkfs
+    /// `--layout-score`); None: allocate as contiguously as free space allows.
+    pub layout_score_permille: Option<u32>,
 }
 
 impl Superblock {
@@ -225,6 +229,7 @@ impl Superblock {
             uuid,
             created_ns,
             mapping: MappingKind::HashFs,
+            layout_score_permille: None,
         }
     }
 
@@ -263,6 +268,12 @@ impl Superblock {
         put_u64(&mut b, O_CREATED_NS, self.created_ns);
         put_u32(&mut b, O_INODE_SIZE, INODE_SIZE as u32);
         put_u32(&mut b, O_MAPPING, self.mapping.code());
+        // Stored plus one, so that 0 (every older image) means "not set".
+        put_u32(
+            &mut b,
+            O_LAYOUT_SCORE,
+            self.layout_score_permille.map_or(0, |p| p + 1),
+        );
         let crc = crc32c::crc32c(&b[..O_CHECKSUM]);
         put_u32(&mut b, O_CHECKSUM, crc);
         b
@@ -315,6 +326,11 @@ impl Superblock {
         if mapping.uses_allocator() {
             crate::mapping::tree::check_fits(&geo).map_err(|w| bad(&w))?;
         }
+        let layout_score_permille = match get_u32(b, O_LAYOUT_SCORE) {
+            0 => None,
+            v if v <= 1001 && mapping.uses_allocator() => Some(v - 1),
+            v => return Err(bad(&format!("layout score field {v} (mapping {mapping})"))),
+        };
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[O_UUID..O_UUID + 16]);
         Ok(Superblock {
@@ -326,6 +342,7 @@ impl Superblock {
             uuid,
             created_ns: get_u64(b, O_CREATED_NS),
             mapping,
+            layout_score_permille,
         })
     }
 

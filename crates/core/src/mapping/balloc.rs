@@ -42,6 +42,10 @@ pub struct BlockAlloc {
     free: Mutex<BTreeMap<u64, u64>>,
     /// Blocks allocated or reserved.
     used: AtomicU64,
+    /// Thousandths of allocations that ignore their goal (1000 - layout score; 0: none).
+    scatter_permille: AtomicU64,
+    /// xorshift64 state for `scatter_permille` (seeded, so a run is repeatable).
+    rng: AtomicU64,
 }
 
 impl BlockAlloc {
@@ -68,6 +72,8 @@ impl BlockAlloc {
             blocks: geo.data_blocks,
             free: Mutex::new(free),
             used: AtomicU64::new(used),
+            scatter_permille: AtomicU64::new(0),
+            rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
         }
     }
 
@@ -78,7 +84,28 @@ impl BlockAlloc {
             blocks: geo.data_blocks,
             free: Mutex::new(BTreeMap::new()),
             used: AtomicU64::new(geo.data_blocks),
+            scatter_permille: AtomicU64::new(0),
+            rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
         }
+    }
+
+    /// Aims at a layout score (thousandths): that share of allocations honours its goal,
+    /// the rest go to a random free block, so files come out that fragmented (the layout
+    /// score of Neal et al.: the share of a file's blocks that follow the previous one).
+    /// None: every allocation honours its goal.
+    pub fn aim_layout_score(&self, permille: Option<u32>) {
+        let scatter = permille.map_or(0, |p| 1000 - p.min(1000) as u64);
+        self.scatter_permille.store(scatter, Ordering::Relaxed);
+    }
+
+    /// The next pseudo-random number (xorshift64; races only mix the sequence).
+    fn random(&self) -> u64 {
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.store(x, Ordering::Relaxed);
+        x
     }
 
     pub fn total(&self) -> u64 {
@@ -118,6 +145,12 @@ impl BlockAlloc {
     /// the first free block after it (so a file growing block by block gets a contiguous run),
     /// and sets its bit (written back, not fenced).
     pub fn alloc(&self, pm: &Pm, goal: u64) -> io::Result<u64> {
+        let scatter = self.scatter_permille.load(Ordering::Relaxed);
+        let goal = if scatter > 0 && self.random() % 1000 < scatter {
+            self.random() % self.blocks
+        } else {
+            goal
+        };
         let mut free = self.free.lock();
         let pick = free
             .range(..=goal)

@@ -249,13 +249,15 @@ impl BlockTree for Radix {
     fn claim(&self, b: &Base, pm: &Pm, _j: &Journal, ino: u32, lblk: u32) -> io::Result<Claim> {
         let entry = self.build_path(b, pm, ino, lblk as u64)?;
         // Next to the previous block of the file, so sequential writes get contiguous runs.
-        let goal = lblk
-            .checked_sub(1)
-            .and_then(|l| self.lookup(b, pm, ino, l))
-            .map_or((entry - b.off(0)) / crate::layout::BLOCK_SIZE + 1, |p| {
-                p + 1
-            });
+        let goal = b.hinted_goal(ino, lblk as u64).unwrap_or_else(|| {
+            lblk.checked_sub(1)
+                .and_then(|l| self.lookup(b, pm, ino, l))
+                .map_or((entry - b.off(0)) / crate::layout::BLOCK_SIZE + 1, |p| {
+                    p + 1
+                })
+        });
         let pblk = b.alloc.alloc(pm, goal)?;
+        b.note_claim(ino, lblk as u64, pblk);
         Ok(Claim { pblk, prior: 0 })
     }
 

@@ -68,9 +68,36 @@ pub enum Reach {
 pub struct Base {
     pub geo: Geometry,
     pub alloc: BlockAlloc,
+    /// The last block claimed per inode (sharded by inode): (ino, lblk, pblk). A write claims
+    /// all its blocks before publishing any, so the previous block of a run is not in the
+    /// tree yet when the next is claimed; this hint keeps the run contiguous (ext4 keeps a
+    /// per-inode allocation goal for the same reason).
+    hints: Vec<parking_lot::Mutex<(u32, u64, u64)>>,
 }
 
+const HINT_SHARDS: usize = 64;
+
 impl Base {
+    pub fn new(geo: &Geometry, alloc: BlockAlloc) -> Base {
+        Base {
+            geo: geo.clone(),
+            alloc,
+            hints: (0..HINT_SHARDS)
+                .map(|_| parking_lot::Mutex::new((0, 0, 0)))
+                .collect(),
+        }
+    }
+
+    /// The block after the one claimed for (`ino`, `lblk - 1`), if that was the last claim.
+    pub fn hinted_goal(&self, ino: u32, lblk: u64) -> Option<u64> {
+        let h = *self.hints[ino as usize % HINT_SHARDS].lock();
+        (h.0 == ino && h.1 + 1 == lblk).then_some(h.2 + 1)
+    }
+
+    pub fn note_claim(&self, ino: u32, lblk: u64, pblk: u64) {
+        *self.hints[ino as usize % HINT_SHARDS].lock() = (ino, lblk, pblk);
+    }
+
     pub fn root(&self, pm: &Pm, ino: u32) -> u64 {
         pm.load_u64(root_off(&self.geo, ino))
     }
@@ -148,10 +175,7 @@ impl<T: BlockTree> TreeMap<T> {
     pub fn new(tree: T, geo: &Geometry, alloc: BlockAlloc) -> Self {
         TreeMap {
             tree,
-            base: Base {
-                geo: geo.clone(),
-                alloc,
-            },
+            base: Base::new(geo, alloc),
         }
     }
 
@@ -293,10 +317,7 @@ pub fn recover<T: BlockTree>(
     report: &mut RecoveryReport,
 ) -> Result<BlockAlloc, Corrupted> {
     if unclean {
-        let base = Base {
-            geo: geo.clone(),
-            alloc: BlockAlloc::empty(geo),
-        };
+        let base = Base::new(geo, BlockAlloc::empty(geo));
         let journal = Journal::new(geo);
         for ino in 1..geo.inode_count as u32 {
             if base.root(pm, ino) == 0 {
