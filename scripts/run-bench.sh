@@ -25,7 +25,8 @@
 # Environment: TARGETS ("run tmpfs ext4"), TRIALS (4), FIO_FILE_SIZE (1G), FIO_SECONDS (3),
 # META_FILES (2000), SQLITE_ROWS (50000), DB_BENCH_NUM (200000), MICRO_SECONDS (2),
 # MICRO=0 skips bench micro, HUGE_IMAGE=1 puts the nvmfs images on a private tmpfs mounted
-# with huge=always (2 MiB pages for the image mapping; tmpfs and ext4 stay as they are), OUT (results/run-bench-<UTC time>; gets run-bench.md,
+# with huge=always (2 MiB pages for the image mapping; tmpfs and ext4 stay as they are),
+# HUGE_TMPFS=1 puts the tmpfs target on that huge-page tmpfs too, OUT (results/run-bench-<UTC time>; gets run-bench.md,
 # run-bench.json, trials.csv, micro.json and every program's raw output).
 # Needs fio, sqlite3 and db_bench (Debian fio, sqlite3, rocksdb-tools; installed with apt-get
 # when missing). Every image, loop device and mount is removed on exit.
@@ -75,11 +76,17 @@ work=$(mktemp -d /tmp/nvmfs-run-bench.XXXXXX)
 # HUGE_IMAGE=1: the nvmfs images (nvmfs run's and bench micro's nvmfs and run:nvmfs) on a
 # private tmpfs mounted with huge=always, so the image is mapped with 2 MiB pages (/dev/shm
 # uses 4 KiB pages unless /sys/kernel/mm/transparent_hugepage/shmem_enabled says otherwise).
+# HUGE_TMPFS=1 puts the tmpfs target there too, so that both sides have 2 MiB pages (tmpfs's
+# page cache then holds huge folios, which also speeds up the kernel's copies).
 huge_image=${HUGE_IMAGE:-0}
+huge_tmpfs=${HUGE_TMPFS:-0}
+huge_dir="$work/huge"
 image_dir=/dev/shm
-[ "$huge_image" = 1 ] && image_dir="$work/huge"
+[ "$huge_image" = 1 ] && image_dir=$huge_dir
+tmpfs_parent=/dev/shm
+[ "$huge_tmpfs" = 1 ] && tmpfs_parent=$huge_dir
 img=$(mktemp -u "$image_dir/nvmfs-run-bench.XXXXXX.img")
-tmpfs_dir=$(mktemp -u /dev/shm/nvmfs-run-bench-tmpfs.XXXXXX)
+tmpfs_dir=$(mktemp -u "$tmpfs_parent/nvmfs-run-bench-tmpfs.XXXXXX")
 ext4_img=$(mktemp -u /dev/shm/nvmfs-run-bench-ext4.XXXXXX.img)
 ext4_mnt="$work/ext4"
 loop=
@@ -103,7 +110,7 @@ cleanup() {
     coord=$(printf '/dev/shm/nvmfs-%x-%x.coord' "$dev" "$ino")
     rm -rf "$coord" "$coord.locks" "$img"
   fi
-  mountpoint -q "$work/huge" && umount "$work/huge"
+  mountpoint -q "$huge_dir" && umount "$huge_dir"
   rm -rf "$work"
   exit "$rc"
 }
@@ -112,6 +119,14 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 say() { printf '%s\n' "$*" >&2; }
+
+# The private huge-page tmpfs, mounted once when HUGE_IMAGE or HUGE_TMPFS asks for it.
+mount_huge() {
+  if ! mountpoint -q "$huge_dir"; then
+    mkdir -p "$huge_dir"
+    mount -t tmpfs -o size=12G,huge=always nvmfs-run-bench-huge "$huge_dir"
+  fi
+}
 
 # on TARGET PROGRAM ARGS...: runs PROGRAM for TARGET (under nvmfs run for "run").
 on() {
@@ -138,15 +153,15 @@ setup_targets() {
   for t in $targets; do
     case $t in
       run)
-        if [ "$huge_image" = 1 ]; then
-          mkdir -p "$image_dir"
-          mount -t tmpfs -o size=12G,huge=always nvmfs-run-bench-huge "$image_dir"
-        fi
+        [ "$huge_image" = 1 ] && mount_huge
         # The 1 GiB file, the metadata files, sqlite and RocksDB at once, with room.
         "$nvmfs" mkfs --size 3G "$img" >/dev/null
         on run mkdir "$(dir_of run)"
         ;;
-      tmpfs) mkdir "$tmpfs_dir" ;;
+      tmpfs)
+        [ "$huge_tmpfs" = 1 ] && mount_huge
+        mkdir "$tmpfs_dir"
+        ;;
       ext4)
         truncate -s 4G "$ext4_img"
         loop=$(losetup -f --show "$ext4_img")
@@ -262,17 +277,16 @@ bench_micro() {
   case " $targets " in *" ext4 "*) kt+=(-t "dir:$ext4_mnt") ;; esac
   args=(-w randread-4k -w overwrite-4k --file-size "$fio_size" --seconds "$micro_secs"
     --image-size "$(($(numfmt --from=iec "$fio_size") / 1048576 + 512))M")
-  # The nvmfs targets' images where nvmfs run's is; tmpfs in /dev/shm as above.
-  if [ "$huge_image" = 1 ] && ! mountpoint -q "$image_dir"; then
-    mkdir -p "$image_dir"
-    mount -t tmpfs -o size=12G,huge=always nvmfs-run-bench-huge "$image_dir"
+  # The nvmfs targets' images where nvmfs run's is; tmpfs where the tmpfs target is.
+  if [ "$huge_image" = 1 ] || [ "$huge_tmpfs" = 1 ]; then
+    mount_huge
   fi
   say "nvmfs bench micro ${nv[*]} ${kt[*]} ${args[*]}"
   "$nvmfs" bench micro "${nv[@]}" "${args[@]}" --shm-dir "$image_dir" --json "$work/micro-nv.json" \
     >"$raw/micro.txt"
   echo '[]' >"$work/micro-k.json"
   if [ ${#kt[@]} -gt 0 ]; then
-    "$nvmfs" bench micro "${kt[@]}" "${args[@]}" --shm-dir /dev/shm --json "$work/micro-k.json" \
+    "$nvmfs" bench micro "${kt[@]}" "${args[@]}" --shm-dir "$tmpfs_parent" --json "$work/micro-k.json" \
       >>"$raw/micro.txt"
   fi
   python3 -c 'import json, sys; json.dump(json.load(open(sys.argv[1])) + json.load(open(sys.argv[2])), open(sys.argv[3], "w"), indent=2)' \
@@ -307,12 +321,12 @@ if [ -e "$img" ]; then
   "$nvmfs" fsck "$img" >"$raw/fsck.txt" || die "fsck of the nvmfs run image failed: $(cat "$raw/fsck.txt")"
 fi
 
-export HUGE_IMAGE=$huge_image TRIALS=$trials FIO_FILE_SIZE=$fio_size FIO_SECONDS=$fio_secs META_FILES=$meta_files \
+export HUGE_IMAGE=$huge_image HUGE_TMPFS=$huge_tmpfs TRIALS=$trials FIO_FILE_SIZE=$fio_size FIO_SECONDS=$fio_secs META_FILES=$meta_files \
   SQLITE_ROWS=$sqlite_rows DB_BENCH_NUM=$db_num MICRO_SECONDS=$micro_secs
 python3 - "$out" "$targets" "$wall" <<'PY'
 import csv, json, math, os, platform, sys, time
 out, targets, wall = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
-cfg = {k: os.environ.get(k) for k in ["HUGE_IMAGE", "TRIALS", "FIO_FILE_SIZE", "FIO_SECONDS", "META_FILES",
+cfg = {k: os.environ.get(k) for k in ["HUGE_IMAGE", "HUGE_TMPFS", "TRIALS", "FIO_FILE_SIZE", "FIO_SECONDS", "META_FILES",
                                       "SQLITE_ROWS", "DB_BENCH_NUM", "MICRO_SECONDS"]}
 names = {"run": "nvmfs run", "tmpfs": "tmpfs", "ext4": "ext4"}
 # (workload, unit, higher is better)
@@ -436,7 +450,9 @@ md = [f"# nvmfs run against tmpfs and ext4 ({env['finished_utc']}, {env['cpus']}
       "ext4: a loop device over /dev/shm with direct I/O, page cache warm; tmpfs and ext4 writes "
       "are not fsynced, nvmfs's are durable on return. nvmfs images: "
       + ("on a tmpfs mounted huge=always (mapped with 2 MiB pages)." if cfg["HUGE_IMAGE"] == "1"
-         else "in /dev/shm (mapped with 4 KiB pages)."), "", *lines, ""]
+         else "in /dev/shm (mapped with 4 KiB pages).")
+      + (" tmpfs: the same huge=always tmpfs." if cfg["HUGE_TMPFS"] == "1"
+         else " tmpfs: a directory in /dev/shm."), "", *lines, ""]
 if mlines:
     md += ["Same run, `nvmfs bench micro` (one trial each):", "", *mlines, ""]
 if goals:

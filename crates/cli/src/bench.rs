@@ -37,6 +37,7 @@ enum BenchCommand {
     Filemark(Box<crate::bench_filemark::Args>),
     Pgmeter(Box<crate::bench_pgmeter::Args>),
     Aim7(Box<crate::bench_aim7::Args>),
+    Ftl(Box<crate::bench_ftl::Args>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -171,6 +172,7 @@ pub fn run(args: &Args) -> u8 {
         BenchCommand::Filemark(f) => crate::bench_filemark::run(f),
         BenchCommand::Pgmeter(p) => crate::bench_pgmeter::run(p),
         BenchCommand::Aim7(a) => crate::bench_aim7::run(a),
+        BenchCommand::Ftl(f) => crate::bench_ftl::run(f),
     }
 }
 

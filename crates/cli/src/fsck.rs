@@ -157,7 +157,7 @@ fn exit(code: i32) -> u8 {
 }
 
 /// Refuses what cannot be an image (opening a FIFO would block). For a check, warns when
-/// another process has the image mounted read-write: the check then sees a snapshot that may
+/// another process has the image mounted read-write: the check then reads a copy that may
 /// be in the middle of an update. (A repair takes the exclusive lock itself and refuses.)
 fn precheck(path: &Path, warn_if_busy: bool) -> Result<(), String> {
     let shown = path.display();
@@ -178,7 +178,7 @@ fn precheck(path: &Path, warn_if_busy: bool) -> Result<(), String> {
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
             eprintln!(
                 "nvmfs fsck: warning: {shown} is in use by another process (mounted read-write?); \
-                 checking a snapshot that may be in the middle of an update"
+                 checking a copy of it, which may be in the middle of an update"
             );
         }
     }

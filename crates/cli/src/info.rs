@@ -79,6 +79,9 @@ struct Summary {
     created_utc: String,
     media_mode: String,
     media_mode_description: &'static str,
+    /// The `huge=` policy of the tmpfs holding the image (never, always, within_size, advise),
+    /// which decides whether mounts map it with 2 MiB pages; null when not on tmpfs.
+    tmpfs_huge_pages: Option<String>,
     flush_instruction: &'static str,
     clean: bool,
     mount_count: u64,
@@ -182,6 +185,20 @@ struct Bucket {
     blocks: u64,
 }
 
+/// What a tmpfs `huge=` policy means for the image's mapping.
+fn pages_line(policy: &str) -> String {
+    match policy {
+        "always" | "within_size" => format!(
+            "2 MiB where the file's pages are huge (its tmpfs has huge={policy}): fewer TLB misses"
+        ),
+        "advise" => "4 KiB unless a mapping asks for huge pages (tmpfs huge=advise)".into(),
+        _ => format!(
+            "4 KiB (its tmpfs has huge={policy}); an image on a tmpfs mounted with \
+             -o huge=within_size gets 2 MiB pages and fewer TLB misses"
+        ),
+    }
+}
+
 impl Summary {
     fn new(path: &Path, i: &Info) -> Self {
         let g = &i.geo;
@@ -204,6 +221,7 @@ impl Summary {
                 .unwrap_or(describe)
                 .to_string(),
             media_mode_description: describe,
+            tmpfs_huge_pages: nvmfs::media::pages::tmpfs_huge_policy(path),
             flush_instruction: i.flush.name(),
             clean: i.clean,
             mount_count: i.mount_count,
@@ -283,6 +301,9 @@ impl Summary {
         let _ = writeln!(s, "uuid:           {}", self.uuid);
         let _ = writeln!(s, "created:        {}", self.created_utc);
         let _ = writeln!(s, "media:          {}", self.media_mode_description);
+        if let Some(p) = &self.tmpfs_huge_pages {
+            let _ = writeln!(s, "pages:          {}", pages_line(p));
+        }
         let _ = writeln!(s, "flush:          {}", self.flush_instruction);
         let state = if self.clean {
             "clean (unmounted)"

@@ -5,6 +5,7 @@ mod bench_aim7;
 mod bench_db;
 mod bench_filebench;
 mod bench_filemark;
+mod bench_ftl;
 mod bench_lab;
 mod bench_pgmeter;
 mod bench_postmark;
@@ -20,6 +21,7 @@ mod output;
 mod run;
 mod size;
 mod study;
+mod trace;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
@@ -52,6 +54,7 @@ enum Command {
     Crashtest(crashtest::Args),
     Run(run::Args),
     Study(study::Args),
+    Trace(trace::Args),
     /// One cell of a study in a child under `nvmfs run` (the study's run:nvmfs target)
     #[command(hide = true)]
     StudyCell(study::CellArgs),
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
         Command::Crashtest(args) => crashtest::run_cmd(&args),
         Command::Run(args) => run::run(&args),
         Command::Study(args) => study::run(&args),
+        Command::Trace(args) => trace::run(&args),
         Command::StudyCell(args) => study::run_cell(&args),
     };
     ExitCode::from(code)

@@ -850,3 +850,120 @@ fn bench_postmark_filemark_pgmeter_aim7_bad_input_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("ext9"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn bench_ftl_replays_a_trace_on_both_ftls_and_names_bad_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("seq.trace");
+    // A 1 MiB device rewritten once in 256 KiB requests: FAST switches every block.
+    let mut body = String::from("# nvmfs-trace 1\n# device_bytes 1048576\n");
+    for pass in 0..2 {
+        for i in 0..4u64 {
+            body += &format!("{} W {} 512\n", pass * 10 + i, i * 512);
+        }
+    }
+    std::fs::write(&trace, &body).unwrap();
+    let json = dir.path().join("ftl.json");
+    let out = nvmfs(&[
+        "bench",
+        "ftl",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--op",
+        "0.5",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("4096 sectors in 8 requests"), "{stdout}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("JSON");
+    assert_eq!(v["schema"], "nvmfs-lab/bench-ftl/v1");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["ftl"], "fast");
+    assert_eq!(results[0]["counters"]["switch_merges"], 4);
+    assert_eq!(results[0]["counters"]["page_copies"], 0);
+    assert_eq!(results[1]["ftl"], "page");
+    assert_eq!(results[1]["counters"]["host_page_writes"], 512);
+
+    let bad = dir.path().join("bad.trace");
+    std::fs::write(&bad, "# nvmfs-trace 1\n0 W 0 8\n1 W zero 8\n").unwrap();
+    let out = nvmfs(&["bench", "ftl", "--trace", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("line 3: bad sector \"zero\""), "{err}");
+
+    let out = nvmfs(&[
+        "bench",
+        "ftl",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--ftl",
+        "bast",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = nvmfs(&[
+        "bench",
+        "ftl",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--size",
+        "512K",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("over-provisioned"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn trace_import_converts_blkparse_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("bp.txt");
+    std::fs::write(
+        &input,
+        "  7,0  3  1  0.000000000  697  Q   W 0 + 64 [dd]\n\
+         \x20 7,0  3  4  0.000005021  697  D   W 0 + 64 [dd]\n\
+         \x20 7,0  1  7  1.5  811  D  WS 64 + 8 [dd]\n\
+         Total (7,0):\n",
+    )
+    .unwrap();
+    let out_trace = dir.path().join("bp.trace");
+    let out = nvmfs(&[
+        "trace",
+        "import",
+        "--blkparse",
+        input.to_str().unwrap(),
+        "--device-bytes",
+        "1M",
+        "-o",
+        out_trace.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let trace = std::fs::read_to_string(&out_trace).unwrap();
+    assert!(
+        trace.starts_with("# nvmfs-trace 1\n# device_bytes 1048576\n"),
+        "{trace}"
+    );
+    assert!(trace.ends_with("0 W 0 64\n1499994979 W 64 8\n"), "{trace}");
+
+    std::fs::write(&input, "  7,0  3  4  0.5  697  D   W 0 + x [dd]\n").unwrap();
+    let out = nvmfs(&[
+        "trace",
+        "import",
+        "--blkparse",
+        input.to_str().unwrap(),
+        "-o",
+        out_trace.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("line 1: bad request"),
+        "{}",
+        text(&out.stderr)
+    );
+}

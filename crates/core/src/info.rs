@@ -72,7 +72,7 @@ pub fn inspect(path: &Path) -> io::Result<Info> {
             format!("{}: too small to be an nvmfs image", path.display()),
         ));
     }
-    let pm = Pm::map_file(&f, path, len, false)?;
+    let pm = crate::fs::mount::stable_view(&f, path, len, || Pm::map_file(&f, path, len, false))?;
     inspect_pm(&pm)
 }
 
@@ -86,7 +86,7 @@ pub fn inspect_pm(pm: &Pm) -> io::Result<Info> {
             "image is shorter than its superblock says",
         ));
     }
-    let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
+    let state = MountState::decode(&pm.read_vec(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
     let mut info = Info {
         size_bytes: pm.len(),
         media_mode: pm.mode(),
@@ -125,7 +125,7 @@ pub fn inspect_pm(pm: &Pm) -> io::Result<Info> {
 
 fn count_inodes(pm: &Pm, geo: &Geometry, info: &mut Info) {
     for ino in 1..geo.inode_count {
-        let i = Inode::decode_raw(pm.bytes(geo.inode_off(ino), INODE_SIZE as usize));
+        let i = Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(geo.inode_off(ino)));
         if i.is_free() {
             continue;
         }

@@ -92,18 +92,24 @@ impl Journal {
             lane_off: self.lane_offs[lane],
             capacity: self.lane_capacity,
             seq: &self.seq,
+            armed: false,
         }
     }
 }
 
 /// An open transaction. Dropping it without `commit` discards the staged writes (the fresh
-/// writes already stored are in free space and harmless).
+/// writes already stored are in free space and harmless). A panic inside `commit` after the
+/// record was armed rolls the transaction back as it unwinds (`Drop`), before the lane's lock
+/// is released: otherwise the lane's next transaction would overwrite the only undo record
+/// of a half-applied one.
 pub struct Tx<'a> {
     pm: &'a Pm,
     staging: MutexGuard<'a, Staging>,
     lane_off: u64,
     capacity: usize,
     seq: &'a AtomicU64,
+    /// From just before arming until the record is cleared.
+    armed: bool,
 }
 
 impl<'a> Tx<'a> {
@@ -114,7 +120,7 @@ impl<'a> Tx<'a> {
 
     /// Stages an in-place write of `data` at `off`, logging the bytes there now.
     pub fn write(&mut self, off: u64, data: &[u8]) {
-        let old = self.pm.bytes(off, data.len()).to_vec();
+        let old = self.pm.read_vec(off, data.len());
         self.write_with_old(off, &old, data);
     }
 
@@ -152,7 +158,7 @@ impl<'a> Tx<'a> {
     }
 
     /// Makes the staged writes durable and atomic (see the module comment).
-    pub fn commit(self) {
+    pub fn commit(mut self) {
         let pm = self.pm;
         let s = &*self.staging;
         for &(off, len) in &s.fresh {
@@ -162,22 +168,20 @@ impl<'a> Tx<'a> {
             pm.fence();
             return;
         }
+        self.armed = true;
         self.arm(s);
-        for &(off, start, len) in &s.redo {
-            let data = &s.redo_bytes[start..start + len];
-            if len == 8 && off % 8 == 0 {
-                // Whole aligned words go in one atomic store: hash-table slots and directory
-                // headers are read concurrently and must never be seen torn.
-                pm.store_u64(off, get_u64(data, 0));
-            } else {
-                pm.write(off, data);
+        for (k, &(off, start, len)) in s.redo.iter().enumerate() {
+            if k == 1 {
+                crate::hook::at(crate::hook::Point::TxApplied);
             }
+            put_in_place(pm, off, &s.redo_bytes[start..start + len]);
             pm.persist(off, len);
         }
         pm.fence();
         pm.store_u64(self.lane_off + O_STATE as u64, 0);
         pm.persist(self.lane_off, 8);
         pm.fence();
+        self.armed = false;
     }
 
     fn arm(&self, s: &Staging) {
@@ -195,6 +199,53 @@ impl<'a> Tx<'a> {
         pm.store_u64(self.lane_off, ARMED);
         pm.persist(self.lane_off, HEADER_LEN + s.undo.len());
         pm.fence();
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.roll_back_staged();
+        }
+    }
+}
+
+impl Tx<'_> {
+    /// Restores the old bytes of every staged write, newest first, and clears the record, as
+    /// recovery's `roll_back` would from the media copy. Only while unwinding from `commit`;
+    /// a second panic in here aborts the process, which leaves the record armed for the next
+    /// mount to roll back.
+    fn roll_back_staged(&self) {
+        let s = &*self.staging;
+        let mut entries = Vec::with_capacity(s.count as usize);
+        let mut at = 0;
+        for _ in 0..s.count {
+            let off = get_u64(&s.undo, at);
+            let len = get_u32(&s.undo, at + 8) as usize;
+            let old = &s.undo[at + ENTRY_HEADER..at + ENTRY_HEADER + len];
+            entries.push((off, old));
+            at = (at + ENTRY_HEADER + len).next_multiple_of(8);
+        }
+        for &(off, old) in entries.iter().rev() {
+            put_in_place(self.pm, off, old);
+            self.pm.persist(off, old.len());
+        }
+        self.pm.fence();
+        self.pm.store_u64(self.lane_off + O_STATE as u64, 0);
+        self.pm.persist(self.lane_off, 8);
+        self.pm.fence();
+    }
+}
+
+/// Stores a transaction's in-place bytes (new on commit, old on roll-back). Whole aligned
+/// words go as atomic word stores: hash-table slots, directory headers and inode records are
+/// read concurrently, word by word and without a lock (`load_u64`), and must never be seen
+/// torn nor race a plain copy. Anything else is a plain copy under the caller's locks.
+fn put_in_place(pm: &Pm, off: u64, data: &[u8]) {
+    if off.is_multiple_of(8) && data.len().is_multiple_of(8) {
+        pm.store_words(off, data);
+    } else {
+        pm.write(off, data);
     }
 }
 
@@ -231,7 +282,7 @@ pub fn read_lane(
 ) -> Result<(LaneState, Vec<UndoEntry>), Corrupted> {
     let off = geo.lane_off(lane);
     let cap = geo.lane_blocks as usize * BLOCK_SIZE as usize;
-    let rec = pm.bytes(off, cap);
+    let rec = &pm.read_vec(off, cap);
     if get_u64(rec, O_STATE) != ARMED {
         return Ok((LaneState::Idle, Vec::new()));
     }
@@ -278,7 +329,7 @@ pub fn read_lane(
 /// Rolls back an armed record and clears the lane.
 pub fn roll_back(pm: &Pm, geo: &Geometry, lane: u32, entries: &[UndoEntry]) {
     for e in entries.iter().rev() {
-        pm.write(e.off, &e.old);
+        put_in_place(pm, e.off, &e.old);
         pm.persist(e.off, e.old.len());
     }
     pm.fence();
@@ -310,7 +361,7 @@ mod tests {
         let mut tx = j.begin(&pm);
         tx.write(target, &[9; 20]);
         tx.commit();
-        assert_eq!(pm.bytes(target, 20), &[9; 20]);
+        assert_eq!(&pm.read_vec(target, 20), &[9; 20]);
         for lane in 0..geo.journal_lanes {
             let (state, _) = read_lane(&pm, &geo, lane, geo.total_blocks * BLOCK_SIZE).unwrap();
             assert_eq!(state, LaneState::Idle);
@@ -336,7 +387,7 @@ mod tests {
         let (state, entries) = read_lane(&pm, &geo, lane, geo.total_blocks * BLOCK_SIZE).unwrap();
         assert_eq!(state, LaneState::Armed { entries: 2 });
         roll_back(&pm, &geo, lane, &entries);
-        assert_eq!(pm.bytes(a, 16), &[1; 16]);
+        assert_eq!(&pm.read_vec(a, 16), &[1; 16]);
         assert_eq!(pm.load_u64(b), 0);
         assert_eq!(
             read_lane(&pm, &geo, lane, geo.total_blocks * BLOCK_SIZE)
@@ -344,6 +395,52 @@ mod tests {
                 .0,
             LaneState::Idle
         );
+    }
+
+    /// A panic between arming and clearing (here after the first of two in-place writes) must
+    /// not leave the record for the lane's next transaction to overwrite: the half-applied
+    /// transaction would then survive a crash with no undo record left.
+    #[test]
+    fn panic_mid_commit_leaves_no_half_applied_transaction() {
+        let (pm, geo) = setup();
+        let j = Journal::new(&geo);
+        let (a, b, c) = (
+            geo.itable_start * BLOCK_SIZE + 256,
+            geo.itable_start * BLOCK_SIZE + 512,
+            geo.itable_start * BLOCK_SIZE + 1024,
+        );
+        pm.write(a, &[1; 16]);
+        pm.write(b, &[1; 16]);
+        crate::hook::set(|p| {
+            if p == crate::hook::Point::TxApplied {
+                panic!("injected panic mid-commit");
+            }
+        });
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut tx = j.begin(&pm);
+            tx.write(a, &[2; 16]);
+            tx.write(b, &[2; 16]);
+            tx.commit();
+        }));
+        crate::hook::clear();
+        assert!(r.is_err(), "the hook did not run");
+        // The lane's next transaction, then a crash: recovery rolls back what is armed.
+        let mut tx = j.begin(&pm);
+        tx.write(c, &[3; 8]);
+        tx.commit();
+        for lane in 0..geo.journal_lanes {
+            let limit = geo.total_blocks * BLOCK_SIZE;
+            if let (LaneState::Armed { .. }, entries) = read_lane(&pm, &geo, lane, limit).unwrap() {
+                roll_back(&pm, &geo, lane, &entries);
+            }
+        }
+        assert_eq!(
+            &pm.read_vec(a, 16),
+            &[1; 16],
+            "half of the panicked transaction stayed"
+        );
+        assert_eq!(&pm.read_vec(b, 16), &[1; 16]);
+        assert_eq!(&pm.read_vec(c, 8), &[3; 8]);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 pub mod alloc;
 pub mod fs;
 pub mod fsck;
+mod hook;
 pub mod info;
 pub mod journal;
 pub mod layout;

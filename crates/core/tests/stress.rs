@@ -227,3 +227,93 @@ fn lookups_race_creates_and_unlinks_in_one_directory() {
     let after = crash_remount(&fs);
     assert_fsck_clean(&after);
 }
+
+/// Numbers reused under a path: a churner cycles `a/x` (content `A`) -> removed with `a` ->
+/// `b/x` (content `B`), which takes the numbers `a` and `a/x` just freed (the pools hand the
+/// last freed number out first). Actors keep working on the name `a/x` only, directly and
+/// through a symlink: chmod, open and read, hard link, stat. None may ever reach a `B` file:
+/// by content (what an open or a link reads), by mode (`b/x` keeps 0o644 until the churner
+/// checks it) and by generation (no stat of `a/x` returns a `B` file's number and generation).
+/// Deterministic versions of each interleaving are in `crates/core/src/fs/races.rs`.
+#[test]
+fn names_never_reach_a_file_that_reused_their_number() {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    const CYCLES: usize = 2000;
+    const ACTORS: usize = 3;
+    let fs = mem_fs(64, 4096);
+    fs.symlink_path("/a/x", "/s").unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let b_files = Arc::new(Mutex::new(HashSet::new()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let churner = {
+        let (fs, b_files) = (fs.clone(), b_files.clone());
+        std::thread::spawn(move || {
+            for _ in 0..CYCLES {
+                fs.create_dir("/a").unwrap();
+                fs.write_file("/a/x", b"A").unwrap();
+                std::thread::yield_now();
+                fs.remove_file("/a/x").unwrap();
+                fs.remove_dir("/a").unwrap();
+                fs.create_dir("/b").unwrap();
+                fs.write_file("/b/x", b"B").unwrap();
+                let m = fs.metadata("/b/x").unwrap();
+                b_files.lock().unwrap().insert((m.ino, m.generation));
+                std::thread::yield_now();
+                assert_eq!(
+                    fs.metadata("/b/x").unwrap().perm,
+                    0o644,
+                    "chmod reached b/x"
+                );
+                assert_eq!(fs.read_file("/b/x").unwrap(), b"B", "b/x");
+                fs.remove_file("/b/x").unwrap();
+                fs.remove_dir("/b").unwrap();
+            }
+        })
+    };
+    let actors: Vec<_> = (0..ACTORS)
+        .map(|t| {
+            let (fs, stop, seen) = (fs.clone(), stop.clone(), seen.clone());
+            std::thread::spawn(move || {
+                let link = format!("/l{t}");
+                let mut i = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let path = if i.is_multiple_of(2) { "/a/x" } else { "/s" };
+                    match i % 4 {
+                        0 => drop(fs.set_permissions(path, 0o600)),
+                        1 => {
+                            if let Ok(f) = OpenOptions::new().read(true).open(&fs, path) {
+                                let mut buf = [0u8; 4];
+                                let n = f.read_at(&mut buf, 0).unwrap();
+                                assert!(n == 0 || &buf[..n] == b"A", "open {path} read a B file");
+                            }
+                        }
+                        2 => {
+                            if fs.hard_link(path, &link).is_ok() {
+                                let got = fs.read_file(&link).unwrap();
+                                assert!(got.is_empty() || got == b"A", "link {path} reached B");
+                                fs.remove_file(&link).unwrap();
+                            }
+                        }
+                        _ => {
+                            if let Ok(m) = fs.metadata(path) {
+                                seen.lock().unwrap().push((m.ino, m.generation));
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    churner.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for a in actors {
+        a.join().unwrap();
+    }
+    let b_files = b_files.lock().unwrap();
+    for s in seen.lock().unwrap().iter() {
+        assert!(!b_files.contains(s), "a stat of a/x returned b/x {s:?}");
+    }
+    assert_fsck_clean(&fs);
+}

@@ -11,6 +11,7 @@ pub mod aim7;
 pub mod chart;
 pub mod db;
 pub mod filebench;
+pub mod ftl;
 pub mod kernel;
 pub mod micro;
 pub mod pgmeter;

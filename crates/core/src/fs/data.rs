@@ -260,9 +260,8 @@ impl Inner {
             return;
         }
         let (inside, outside) = split_hole_fills(i, claims);
-        for &(c, lblk) in &outside {
-            self.map.publish(&self.pm, &self.journal, c, ino, lblk);
-        }
+        let uncovered = self.publish_uncovered(ino, &outside);
+        crate::hook::at(crate::hook::Point::Published);
         if !inside.is_empty() {
             let mut i = i.clone();
             let added = outside.len() as u64;
@@ -272,6 +271,7 @@ impl Inner {
                 i.mtime_ns = now;
                 i.ctime_ns = now;
             });
+            uncovered.covered();
             return;
         }
         self.pm.fence();
@@ -286,6 +286,22 @@ impl Inner {
         self.pm.store_u64(base + inode::O_CTIME as u64, now as u64);
         self.pm.persist(base, 64);
         self.pm.fence();
+        uncovered.covered();
+    }
+
+    /// Publishes new blocks at or past the inode's `map_end` directly (nothing reads them
+    /// before the size or `falloc_end` that covers them is stored). The caller reports that
+    /// store with `Uncovered::covered`; until then an unwinding panic unmaps them again.
+    fn publish_uncovered<'a>(&'a self, ino: u32, blocks: &'a [NewBlock]) -> Uncovered<'a> {
+        for &(c, lblk) in blocks {
+            self.map.publish(&self.pm, &self.journal, c, ino, lblk);
+        }
+        Uncovered {
+            inner: self,
+            ino,
+            blocks,
+            armed: true,
+        }
     }
 
     /// Stores mtime and ctime (line 0 of the record) and writes the line back; not fenced.
@@ -458,9 +474,7 @@ impl Inner {
         // Blocks past EOF are exposed only by the size or falloc_end the last transaction
         // commits, so they are published directly (recovery frees them if it never commits).
         let (inside, outside) = split_hole_fills(&i, &claims);
-        for &(c, lblk) in &outside {
-            self.map.publish(&self.pm, &self.journal, c, ino, lblk);
-        }
+        let uncovered = self.publish_uncovered(ino, &outside);
         let now = now_ns();
         let added = outside.len() as u64;
         self.commit_hole_fills(ino, &mut i, &inside, |i| {
@@ -474,6 +488,7 @@ impl Inner {
             }
             i.ctime_ns = now;
         });
+        uncovered.covered();
         Ok(())
     }
 
@@ -510,6 +525,49 @@ impl Inner {
 
 /// A claimed data block and the logical block it will map.
 type NewBlock = (Claim, u32);
+
+/// Blocks published past an inode's `map_end` whose covering size is not stored yet.
+///
+/// Recovery frees such blocks only after a crash (GUARANTEES.md §6). A panic that unwinds out
+/// of the operation in between (a caught one: the preload and the FUSE adapter keep running)
+/// would leave them mapped in a live mount, and a clean unmount would keep them; a later write
+/// of the same block would claim a second slot for the same key. Dropping this while armed
+/// unmaps them, which restores the invariant a clean image relies on: every mapping lies below
+/// its inode's `allowed_blocks`.
+struct Uncovered<'a> {
+    inner: &'a Inner,
+    ino: u32,
+    blocks: &'a [NewBlock],
+    armed: bool,
+}
+
+impl Uncovered<'_> {
+    /// The size or `falloc_end` covering the blocks is stored: they stay.
+    fn covered(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Uncovered<'_> {
+    fn drop(&mut self) {
+        if !self.armed || self.blocks.is_empty() {
+            return;
+        }
+        let inner = self.inner;
+        let mut freed = 0;
+        for &(_, lblk) in self.blocks {
+            let (from, to) = (lblk as u64, lblk as u64 + 1);
+            // Dropping the tail of a run never needs a new node, so this does not fail; if it
+            // did, the block would stay mapped past EOF, which fsck reports.
+            freed += inner
+                .map
+                .unmap_range(&inner.pm, &inner.journal, self.ino, from, to)
+                .unwrap_or(0);
+        }
+        inner.pm.fence();
+        inner.map.freed(freed);
+    }
+}
 
 /// Splits new blocks into those below the inode's old `map_end` (holes inside EOF or inside
 /// preallocated space: recovery keeps such mappings, so they must commit atomically with the

@@ -292,16 +292,36 @@ impl DirIndex {
     }
 }
 
+/// The name bytes of the entry at `off`, unit by unit. Only the name parts are read: the
+/// first word of each unit is a header that a concurrent remove or rename may store to
+/// (atomically) while this runs under the index's read lock, so no copy covers it.
+fn name_pieces(off: u64, name_len: usize) -> impl Iterator<Item = (u64, usize)> {
+    (0..name_len.div_ceil(dentry::NAME_PER_UNIT)).map(move |i| {
+        let at = i * dentry::NAME_PER_UNIT;
+        (
+            off + i as u64 * UNIT_SIZE + 8,
+            dentry::NAME_PER_UNIT.min(name_len - at),
+        )
+    })
+}
+
 fn read_name(pm: &Pm, off: u64, h: &Header, name: &mut Vec<u8>) {
-    let bytes = pm.bytes(off, h.units as usize * UNIT_SIZE as usize);
-    dentry::name_from_units(bytes, h.name_len as usize, name);
+    name.clear();
+    let mut buf = [0u8; dentry::NAME_PER_UNIT];
+    for (at, len) in name_pieces(off, h.name_len as usize) {
+        pm.read(at, &mut buf[..len]);
+        name.extend_from_slice(&buf[..len]);
+    }
 }
 
 fn name_matches(pm: &Pm, off: u64, h: &Header, name: &[u8]) -> bool {
-    let bytes = pm.bytes(off, h.units as usize * UNIT_SIZE as usize);
-    name.chunks(dentry::NAME_PER_UNIT)
-        .enumerate()
-        .all(|(i, c)| &bytes[i * UNIT_SIZE as usize + 8..i * UNIT_SIZE as usize + 8 + c.len()] == c)
+    let mut buf = [0u8; dentry::NAME_PER_UNIT];
+    name_pieces(off, h.name_len as usize)
+        .zip(name.chunks(dentry::NAME_PER_UNIT))
+        .all(|((at, len), c)| {
+            pm.read(at, &mut buf[..len]);
+            &buf[..len] == c
+        })
 }
 
 /// A directory's DRAM state: the index (built on first use) and the inode generation it

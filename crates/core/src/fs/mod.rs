@@ -6,9 +6,12 @@ pub mod dir;
 mod direct;
 mod locks;
 pub(crate) mod mount;
+mod node;
 mod ops;
 mod path;
 mod peers;
+#[cfg(test)]
+mod races;
 mod rename;
 
 use std::io;
@@ -192,7 +195,7 @@ impl Inner {
             return Err(errno(libc::ENOENT));
         }
         let off = self.geo.inode_off(ino as u64);
-        let raw = Inode::decode_raw(self.pm.bytes(off, INODE_SIZE as usize));
+        let raw = Inode::decode_raw(&self.pm.read_array::<{ INODE_SIZE as usize }>(off));
         if raw.is_free() {
             return Err(errno(libc::ENOENT));
         }
@@ -218,11 +221,18 @@ impl Inner {
     }
 
     /// The DRAM state of directory `ino` (ENOTDIR if it is not one).
+    ///
+    /// The state is looked up (or made) under the inode's stripe lock, which a create or a
+    /// free of that number needs too: the generation read is the record's until the cache
+    /// has answered. Outside the lock, a thread that read the record just before its
+    /// directory was removed and the number made a new directory would replace the new
+    /// directory's state with one for the old generation, and then a third one for the new:
+    /// two live states of one directory, whose index locks no longer exclude each other (a
+    /// lookup in one could find an entry whose removal, and the free of its inode, went
+    /// through the other).
     pub fn dir_state(&self, ino: u32) -> io::Result<(Arc<DirState>, Inode)> {
-        let inode = {
-            let _g = self.stripes.read(ino);
-            self.inode(ino)?
-        };
+        let _g = self.stripes.read(ino);
+        let inode = self.inode(ino)?;
         if !inode.is_dir() {
             return Err(errno(libc::ENOTDIR));
         }
@@ -236,25 +246,31 @@ impl Inner {
     /// or remove in a directory holds the directory inode's stripe for its transaction, and
     /// lookups in a busy directory would queue behind it. The words are safe to read
     /// unlocked: a live directory's type and generation do not change, freeing the record is
-    /// one atomic store of the first word, and a count caught mid-update only sends the call
-    /// to the locked path.
+    /// one atomic store of the first word, a transaction rewrites the record with atomic word
+    /// stores (`journal::put_in_place`: never a plain copy these loads could race), and a count
+    /// caught mid-update only sends the call to the locked path.
     pub fn dir(&self, ino: u32) -> io::Result<Arc<DirState>> {
         if let Some(ds) = self.dirs.peek(ino) {
-            if ino != 0 && (ino as u64) < self.geo.inode_count {
-                let off = self.geo.inode_off(ino as u64);
-                // mode and nlink share the record's first word (FORMAT.md).
-                const _: () =
-                    assert!(O_MODE == 0 && O_NLINK == 4 && O_GENERATION.is_multiple_of(8));
-                let first = self.pm.load_u64(off);
-                let (mode, nlink) = (first as u32, (first >> 32) as u32);
-                let generation = self.pm.load_u64(off + O_GENERATION as u64) as u32;
-                if mode & libc::S_IFMT == libc::S_IFDIR && nlink > 0 && generation == ds.generation
-                {
-                    return Ok(ds);
-                }
+            if self.dir_words(ino) == Some((ds.generation, true)) {
+                return Ok(ds);
             }
         }
         self.dir_state(ino).map(|(ds, _)| ds)
+    }
+
+    /// Without a lock, two word loads: if record `ino` is an in-use directory, its generation
+    /// and whether it has links.
+    pub fn dir_words(&self, ino: u32) -> Option<(u32, bool)> {
+        if ino == 0 || ino as u64 >= self.geo.inode_count {
+            return None;
+        }
+        let off = self.geo.inode_off(ino as u64);
+        // mode and nlink share the record's first word (FORMAT.md).
+        const _: () = assert!(O_MODE == 0 && O_NLINK == 4 && O_GENERATION.is_multiple_of(8));
+        let first = self.pm.load_u64(off);
+        let (mode, nlink) = (first as u32, (first >> 32) as u32);
+        let generation = self.pm.load_u64(off + O_GENERATION as u64) as u32;
+        (mode & libc::S_IFMT == libc::S_IFDIR).then_some((generation, nlink > 0))
     }
 
     /// Read access to a directory's index, building it on first use.

@@ -313,7 +313,7 @@ impl Fs {
                 inner: Arc::new(inner),
             });
         }
-        let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
+        let state = MountState::decode(&pm.read_vec(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
         let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
         let mut report = RecoveryReport {
             unclean,
@@ -386,6 +386,12 @@ impl Fs {
     /// How durable the mapped image is (`shm`, `dax`, `file` or `memory`; GUARANTEES.md §1).
     pub fn media_mode(&self) -> crate::media::MediaMode {
         self.inner.pm.mode()
+    }
+
+    /// Bytes of the image this mount maps with 2 MiB pages (media/pages.rs); None when it is
+    /// not a file mapping or the kernel does not say.
+    pub fn huge_mapped_bytes(&self) -> Option<u64> {
+        self.inner.pm.huge_mapped_bytes()
     }
 
     /// The superblock in use.
@@ -497,6 +503,52 @@ pub(crate) fn lock_image(f: &std::fs::File, path: &Path, exclusive: bool) -> io:
     Ok(())
 }
 
+/// A view of an image file for a reader that does not mount it (`fsck -n`, `info`), which
+/// stays what it was while the reader looks at it. A mapping alone would not: `mkfs --force`
+/// can truncate the file under it (the reader dies of SIGBUS), and a read-write mount changes
+/// the pages it has not touched yet (a private mapping copies a page only when written).
+///
+/// With the image's shared lock (taken on `f`, held until `f` is closed), nobody can format
+/// the image or mount it read-write meanwhile, so `map` is stable. When the exclusive lock is
+/// held elsewhere (a read-write mount, a format, a repair), the bytes are copied into memory
+/// with `pread` instead, which a truncation can only cut short (an error), never fault.
+pub(crate) fn stable_view(
+    f: &std::fs::File,
+    path: &Path,
+    len: u64,
+    map: impl FnOnce() -> io::Result<Pm>,
+) -> io::Result<Pm> {
+    let view = match lock_image(f, path, false) {
+        Ok(()) => map()?,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => copy_image(f, path, len)?,
+        Err(e) => return Err(e),
+    };
+    crate::hook::at(crate::hook::Point::ViewTaken);
+    Ok(view)
+}
+
+/// The first `len` bytes of `f`, read into memory.
+fn copy_image(f: &std::fs::File, path: &Path, len: u64) -> io::Result<Pm> {
+    use std::os::unix::fs::FileExt;
+    const CHUNK: usize = 1 << 20;
+    let pm = Pm::in_memory(len);
+    let mut buf = vec![0u8; CHUNK];
+    let mut off = 0;
+    while off < len {
+        let want = CHUNK.min((len - off) as usize);
+        let n = f.read_at(&mut buf[..want], off)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{}: image shrank while being read", path.display()),
+            ));
+        }
+        pm.write(off, &buf[..n]);
+        off += n as u64;
+    }
+    Ok(pm)
+}
+
 /// Refuses a region too short to hold the superblocks and the state block.
 pub(crate) fn check_region_len(pm: &Pm) -> io::Result<()> {
     if pm.len() < (STATE_BLOCK + 1) * BLOCK_SIZE {
@@ -511,11 +563,14 @@ pub(crate) fn check_region_len(pm: &Pm) -> io::Result<()> {
 /// Reads the primary superblock, falling back to the replica. Returns (superblock, used the
 /// replica). When both are bad the primary's error is reported.
 pub(crate) fn read_superblock(pm: &Pm) -> io::Result<(Superblock, bool)> {
-    let primary = Superblock::decode(pm.bytes(PRIMARY_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize), 0);
+    let primary = Superblock::decode(
+        &pm.read_vec(PRIMARY_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
+        0,
+    );
     match primary {
         Ok(sb) => Ok((sb, false)),
         Err(e) => match Superblock::decode(
-            pm.bytes(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
+            &pm.read_vec(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
             BLOCK_SIZE,
         ) {
             Ok(sb) => Ok((sb, true)),
@@ -566,18 +621,22 @@ pub(crate) fn scan_inodes(pm: &Pm, geo: &Geometry) -> Result<InodeScan, Corrupte
         orphans: Vec::new(),
     };
     let root_off = geo.inode_off(ROOT_INO);
-    let root = Inode::decode_raw(pm.bytes(root_off, INODE_SIZE as usize));
+    let root = Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(root_off));
     if !root.is_dir() || root.parent != ROOT_INO as u32 || root.nlink < 2 {
         return Err(corrupted("inode: root directory", root_off));
     }
     for ino in 1..geo.inode_count {
         let off = geo.inode_off(ino);
-        let mode = u32::from_le_bytes(pm.bytes(off, 4).try_into().expect("4 bytes"));
+        let mode = u32::from_le_bytes(pm.read_array::<4>(off));
         if mode == 0 {
             scan.free.push(ino as u32);
             continue;
         }
-        let i = Inode::decode(pm.bytes(off, INODE_SIZE as usize), off, geo.inode_count)?;
+        let i = Inode::decode(
+            &pm.read_array::<{ INODE_SIZE as usize }>(off),
+            off,
+            geo.inode_count,
+        )?;
         if i.nlink == 0 {
             scan.orphans.push(ino as u32);
         }
@@ -681,7 +740,9 @@ pub(crate) fn repair_table(
         };
         if unclean {
             let owner_ok = (ino as u64) < geo.inode_count && {
-                let i = Inode::decode_raw(pm.bytes(geo.inode_off(ino as u64), INODE_SIZE as usize));
+                let i = Inode::decode_raw(
+                    &pm.read_array::<{ INODE_SIZE as usize }>(geo.inode_off(ino as u64)),
+                );
                 !i.is_free() && (lblk as u64) < allowed_blocks(&i)
             };
             if !owner_ok {
@@ -710,7 +771,7 @@ pub(crate) fn fix_block_counts(
     use crate::layout::inode::O_BLOCKS;
     for ino in 1..geo.inode_count {
         let off = geo.inode_off(ino);
-        let i = Inode::decode_raw(pm.bytes(off, INODE_SIZE as usize));
+        let i = Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(off));
         if i.is_free() {
             continue;
         }
@@ -804,7 +865,7 @@ impl Inner {
     /// shared mount).
     pub(crate) fn write_clean(&self) -> io::Result<()> {
         self.pm.sync_backing()?;
-        let mut st = MountState::decode(self.pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN))
+        let mut st = MountState::decode(&self.pm.read_vec(STATE_BLOCK * BLOCK_SIZE, STATE_LEN))
             .unwrap_or_default();
         st.state = STATE_CLEAN;
         st.last_unmount_ns = now_ns() as u64;

@@ -5,10 +5,11 @@
 use std::io;
 
 use super::dir::{DirIndex, InsertPlan};
+use super::node::{retry, Target};
 use super::{errno, now_ns, Fs, Inner, Metadata};
 use crate::journal::Tx;
 use crate::layout::dentry::{self, Header, UNIT_SIZE};
-use crate::layout::inode::{FileType, Inode, INLINE_LEN, NLINK_MAX, SYMLINK_MAX};
+use crate::layout::inode::{FileType, Inode, INLINE_LEN, INODE_SIZE, NLINK_MAX, SYMLINK_MAX};
 use crate::layout::superblock::ROOT_INO;
 use crate::layout::BLOCK_SIZE;
 use crate::mapping::Claim;
@@ -174,7 +175,7 @@ impl Inner {
     /// before the directory is unlocked, so no unlink can free it before the caller uses it.
     fn create_node(
         &self,
-        parent: u32,
+        at: Target,
         name: &[u8],
         mut new: Inode,
         target: Option<&[u8]>,
@@ -182,7 +183,8 @@ impl Inner {
     ) -> io::Result<(u32, Inode)> {
         self.check_writable()?;
         Self::check_name(name)?;
-        let ds = self.dir(parent)?;
+        let parent = at.ino;
+        let ds = self.dir_at(at)?;
         let _modify = ds.modify.lock();
         let g = self.index_read(parent, &ds)?;
         let idx = g.as_ref().expect("index loaded");
@@ -233,7 +235,11 @@ impl Inner {
                 return Err(e);
             }
         };
-        let old = Inode::decode_raw(self.pm.bytes(self.geo.inode_off(ino as u64), 128));
+        let old = Inode::decode_raw(
+            &self
+                .pm
+                .read_array::<{ INODE_SIZE as usize }>(self.geo.inode_off(ino as u64)),
+        );
         new.generation = old.generation.wrapping_add(1).max(1);
         let mut tx = self.tx();
         if let Some(t) = target {
@@ -294,14 +300,15 @@ impl Inner {
     }
 
     /// Removes `name` from `parent` (unlink, or rmdir when `dir`).
-    fn remove(&self, parent: u32, name: &[u8], dir: bool) -> io::Result<()> {
+    fn remove(&self, at: Target, name: &[u8], dir: bool) -> io::Result<()> {
         self.check_writable()?;
+        let parent = at.ino;
         match name {
             b"." => return Err(errno(if dir { libc::EINVAL } else { libc::EISDIR })),
             b".." => return Err(errno(if dir { libc::ENOTEMPTY } else { libc::EISDIR })),
             _ => Self::check_name(name)?,
         }
-        let ds = self.dir(parent)?;
+        let ds = self.dir_at(at)?;
         let _modify = ds.modify.lock();
         let g = self.index_read(parent, &ds)?;
         let idx = g.as_ref().expect("index loaded");
@@ -368,10 +375,15 @@ impl Inner {
     /// (nlink 0) that the next mount frees.
     pub(crate) fn free_inode(&self, ino: u32) -> io::Result<()> {
         let off = self.geo.inode_off(ino as u64);
-        let i = Inode::decode_raw(self.pm.bytes(off, 128));
-        // No fence between unmapping and freeing the record: after a crash, blocks of a free
-        // inode are strays and recovery frees them, so either order is safe; the fence below
-        // makes both durable before the number can be reused.
+        let i = Inode::decode_raw(&self.pm.read_array::<{ INODE_SIZE as usize }>(off));
+        // The record is freed before the blocks: a lookup that read an entry from a directory
+        // block without a lock trusts it only if the record is still in use afterwards
+        // (`lookup_at`). No fence between the two: after a crash, blocks of a free inode are
+        // strays and recovery frees them, so either order is safe; the fence below makes both
+        // durable before the number can be reused. Mode and link count share the first word:
+        // one atomic store frees the record.
+        self.pm.store_u64(off, 0);
+        self.pm.persist(off, 8);
         // Dropping every mapping needs no new node, so this cannot fail for want of space.
         let freed = self.map.unmap_all(
             &self.pm,
@@ -379,9 +391,6 @@ impl Inner {
             ino,
             super::mount::allowed_blocks(&i),
         )?;
-        // Mode and link count share the first word: one atomic store frees the record.
-        self.pm.store_u64(off, 0);
-        self.pm.persist(off, 8);
         self.pm.fence();
         self.map.freed(freed);
         self.dirs.remove(ino);
@@ -399,38 +408,28 @@ impl Inner {
 impl Fs {
     /// Attributes of inode `ino`.
     pub fn getattr(&self, ino: u64) -> io::Result<Metadata> {
-        let inner = &self.inner;
-        let ino = to_ino(ino)?;
-        let _g = inner.stripes.read(ino);
-        Ok(Metadata::from_inode(ino, &inner.inode(ino)?))
+        self.getattr_at(Target::any(to_ino(ino)?))
+    }
+
+    pub(crate) fn getattr_at(&self, t: Target) -> io::Result<Metadata> {
+        let _g = self.inner.stripes.read(t.ino);
+        Ok(Metadata::from_inode(t.ino, &self.inner.inode_at(t)?))
     }
 
     /// Finds `name` in directory `parent`: (inode number, type). "." and ".." resolve too.
     pub fn lookup_ino(&self, parent: u64, name: &[u8]) -> io::Result<(u64, FileType)> {
-        let inner = &self.inner;
-        let parent = to_ino(parent)?;
-        match name {
-            b"." => return inner.dir(parent).map(|_| (parent as u64, FileType::Dir)),
-            b".." => {
-                let (_, pinode) = inner.dir_state(parent)?;
-                return Ok((pinode.parent as u64, FileType::Dir));
-            }
-            _ if name.len() > dentry::NAME_MAX => return Err(errno(libc::ENAMETOOLONG)),
-            _ => {}
-        }
-        let ds = inner.dir(parent)?;
-        let g = inner.index_read(parent, &ds)?;
-        let idx = g.as_ref().expect("index loaded");
-        let f = idx
-            .find(&inner.pm, &inner.geo, name, inner.name_hash(name))
-            .ok_or_else(|| errno(libc::ENOENT))?;
-        Ok((f.header.ino as u64, f.header.ftype))
+        let (t, ft) = self.inner.lookup_at(Target::any(to_ino(parent)?), name)?;
+        Ok((t.ino as u64, ft))
     }
 
-    /// Finds `name` in directory `parent` and returns its attributes.
+    /// Finds `name` in directory `parent` and returns its attributes: those of the inode the
+    /// name named, never of a file that reused its number meanwhile.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> io::Result<Metadata> {
-        let (ino, _) = self.lookup_ino(parent, name)?;
-        self.getattr(ino)
+        let parent = Target::any(to_ino(parent)?);
+        retry(|| {
+            let (t, _) = self.inner.lookup_at(parent, name)?;
+            self.getattr_at(t)
+        })
     }
 
     /// Creates a node: a regular file, FIFO, socket or device (`mode` carries the type).
@@ -453,9 +452,9 @@ impl Fs {
         if matches!(ft, FileType::CharDevice | FileType::BlockDevice) {
             i.inline[..8].copy_from_slice(&rdev.to_le_bytes());
         }
-        let (ino, i) = self
-            .inner
-            .create_node(to_ino(parent)?, name, i, None, false)?;
+        let (ino, i) =
+            self.inner
+                .create_node(Target::any(to_ino(parent)?), name, i, None, false)?;
         Ok(Metadata::from_inode(ino, &i))
     }
 
@@ -463,16 +462,14 @@ impl Fs {
     /// O_CREAT); release it with `release_ino`.
     pub(crate) fn create_opened(
         &self,
-        parent: u64,
+        parent: Target,
         name: &[u8],
         perm: u32,
         uid: u32,
         gid: u32,
     ) -> io::Result<u64> {
         let i = new_inode(libc::S_IFREG | (perm & 0o7777), uid, gid, 1);
-        let (ino, _) = self
-            .inner
-            .create_node(to_ino(parent)?, name, i, None, true)?;
+        let (ino, _) = self.inner.create_node(parent, name, i, None, true)?;
         Ok(ino as u64)
     }
 
@@ -496,9 +493,18 @@ impl Fs {
         uid: u32,
         gid: u32,
     ) -> io::Result<Metadata> {
-        let parent = to_ino(parent)?;
+        self.mkdir_at(Target::any(to_ino(parent)?), name, perm, (uid, gid))
+    }
+
+    pub(crate) fn mkdir_at(
+        &self,
+        parent: Target,
+        name: &[u8],
+        perm: u32,
+        (uid, gid): (u32, u32),
+    ) -> io::Result<Metadata> {
         let mut i = new_inode(libc::S_IFDIR | (perm & 0o7777), uid, gid, 2);
-        i.parent = parent;
+        i.parent = parent.ino;
         let (ino, i) = self.inner.create_node(parent, name, i, None, false)?;
         Ok(Metadata::from_inode(ino, &i))
     }
@@ -510,6 +516,16 @@ impl Fs {
         target: &[u8],
         uid: u32,
         gid: u32,
+    ) -> io::Result<Metadata> {
+        self.symlink_at(Target::any(to_ino(parent)?), name, target, (uid, gid))
+    }
+
+    pub(crate) fn symlink_at(
+        &self,
+        parent: Target,
+        name: &[u8],
+        target: &[u8],
+        (uid, gid): (u32, u32),
     ) -> io::Result<Metadata> {
         if target.is_empty() || target.contains(&0) {
             return Err(errno(if target.is_empty() {
@@ -525,15 +541,19 @@ impl Fs {
         i.size = target.len() as u64;
         let (ino, i) = self
             .inner
-            .create_node(to_ino(parent)?, name, i, Some(target), false)?;
+            .create_node(parent, name, i, Some(target), false)?;
         Ok(Metadata::from_inode(ino, &i))
     }
 
     pub fn readlink(&self, ino: u64) -> io::Result<Vec<u8>> {
+        self.readlink_at(Target::any(to_ino(ino)?))
+    }
+
+    pub(crate) fn readlink_at(&self, t: Target) -> io::Result<Vec<u8>> {
         let inner = &self.inner;
-        let ino = to_ino(ino)?;
+        let ino = t.ino;
         let _g = inner.stripes.read(ino);
-        let i = inner.inode(ino)?;
+        let i = inner.inode_at(t)?;
         if i.file_type() != Some(FileType::Symlink) {
             return Err(errno(libc::EINVAL));
         }
@@ -547,24 +567,39 @@ impl Fs {
                 inner.geo.inode_off(ino as u64),
             ))
         })?;
-        Ok(inner.pm.bytes(inner.geo.data_off(pblk), len).to_vec())
+        Ok(inner.pm.read_vec(inner.geo.data_off(pblk), len))
     }
 
     pub fn unlink(&self, parent: u64, name: &[u8]) -> io::Result<()> {
-        self.inner.remove(to_ino(parent)?, name, false)
+        self.remove_at(Target::any(to_ino(parent)?), name, false)
     }
 
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> io::Result<()> {
-        self.inner.remove(to_ino(parent)?, name, true)
+        self.remove_at(Target::any(to_ino(parent)?), name, true)
+    }
+
+    /// unlink (`dir` false) or rmdir of `name` in `parent`.
+    pub(crate) fn remove_at(&self, parent: Target, name: &[u8], dir: bool) -> io::Result<()> {
+        self.inner.remove(parent, name, dir)
     }
 
     /// Adds a hard link `newparent/newname` to inode `ino`.
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> io::Result<Metadata> {
+        let (ino, parent) = (to_ino(ino)?, to_ino(newparent)?);
+        self.link_at(Target::any(ino), Target::any(parent), newname)
+    }
+
+    pub(crate) fn link_at(
+        &self,
+        target: Target,
+        at: Target,
+        newname: &[u8],
+    ) -> io::Result<Metadata> {
         let inner = &self.inner;
         inner.check_writable()?;
         Inner::check_name(newname)?;
-        let (ino, parent) = (to_ino(ino)?, to_ino(newparent)?);
-        let ds = inner.dir(parent)?;
+        let (ino, parent) = (target.ino, at.ino);
+        let ds = inner.dir_at(at)?;
         let _modify = ds.modify.lock();
         let g = inner.index_read(parent, &ds)?;
         let idx = g.as_ref().expect("index loaded");
@@ -582,6 +617,7 @@ impl Fs {
         let check = (|| {
             Inner::check_live_dir(st.get(parent), ds.generation)?;
             let i = st.get(ino);
+            target.check(i.generation)?;
             if i.is_dir() {
                 return Err(errno(libc::EPERM));
             }
@@ -633,11 +669,21 @@ impl Fs {
         &self,
         ino: u64,
         offset: u64,
+        f: impl FnMut(DirEntry) -> bool,
+    ) -> io::Result<()> {
+        self.readdir_at(Target::any(to_ino(ino)?), offset, f)
+    }
+
+    pub(crate) fn readdir_at(
+        &self,
+        t: Target,
+        offset: u64,
         mut f: impl FnMut(DirEntry) -> bool,
     ) -> io::Result<()> {
         let inner = &self.inner;
-        let ino = to_ino(ino)?;
+        let ino = t.ino;
         let (ds, inode) = inner.dir_state(ino)?;
+        t.check(inode.generation)?;
         if offset == 0
             && !f(DirEntry {
                 name: b".".to_vec(),
@@ -674,11 +720,15 @@ impl Fs {
 
     /// Changes attributes of `ino`; a size change truncates or extends the file.
     pub fn setattr(&self, ino: u64, attr: &SetAttr) -> io::Result<Metadata> {
+        self.setattr_at(Target::any(to_ino(ino)?), attr)
+    }
+
+    pub(crate) fn setattr_at(&self, t: Target, attr: &SetAttr) -> io::Result<Metadata> {
         let inner = &self.inner;
         inner.check_writable()?;
-        let ino = to_ino(ino)?;
+        let ino = t.ino;
         let _g = inner.stripes.write(ino);
-        let mut i = inner.inode(ino)?;
+        let mut i = inner.inode_at(t)?;
         let mut changed = false;
         if let Some(size) = attr.size {
             // A truncate to the current size still stamps mtime and ctime (as Linux does);
@@ -739,23 +789,30 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> io::Result<()> {
-        super::rename::rename(
-            &self.inner,
-            to_ino(parent)?,
-            name,
-            to_ino(newparent)?,
-            newname,
-            flags,
-        )
+        let (sp, dp) = (to_ino(parent)?, to_ino(newparent)?);
+        let (sp, dp) = (Target::any(sp), Target::any(dp));
+        super::rename::rename(&self.inner, sp, name, dp, newname, flags)
     }
 
     /// Takes a reference that keeps `ino` alive after its last link goes (an open file, or a
     /// kernel lookup reference through FUSE).
     pub fn open_ino(&self, ino: u64) -> io::Result<()> {
-        let ino = to_ino(ino)?;
-        let _g = self.inner.stripes.read(ino);
-        self.inner.inode(ino)?;
-        self.inner.open.acquire(ino);
+        self.open_at(Target::any(to_ino(ino)?))
+    }
+
+    /// Takes an open reference on `t`. Under its stripe lock, which `release_ino` holds from
+    /// dropping a reference to freeing, so a free is never half-way when this looks. An
+    /// inode without links is refused unless something already holds it: `remove` decides
+    /// to free an unheld one before it takes the stripe lock to do it, and a reference taken
+    /// in between would pin a freed inode.
+    pub(crate) fn open_at(&self, t: Target) -> io::Result<()> {
+        let inner = &self.inner;
+        let _g = inner.stripes.read(t.ino);
+        let i = inner.inode_at(t)?;
+        if i.nlink == 0 && !inner.held(t.ino) {
+            return Err(errno(libc::ENOENT));
+        }
+        inner.open.acquire(t.ino);
         Ok(())
     }
 
@@ -764,14 +821,14 @@ impl Fs {
     pub fn release_ino(&self, ino: u64) -> io::Result<()> {
         let inner = &self.inner;
         let ino = to_ino(ino)?;
+        // Taken before the reference goes, held until the free: an `open_ino` in between
+        // would otherwise find the inode still in use, pin it, and watch it be freed.
+        let _g = (!inner.read_only).then(|| inner.stripes.write(ino));
         let Some(unlinked_here) = inner.open.release(ino) else {
             return Ok(());
         };
-        if inner.read_only {
-            return Ok(());
-        }
-        let _g = inner.stripes.write(ino);
-        if !inner.free_on_last_release(ino, unlinked_here) {
+        crate::hook::at(crate::hook::Point::Released { ino });
+        if inner.read_only || !inner.free_on_last_release(ino, unlinked_here) {
             return Ok(());
         }
         inner.free_inode(ino)

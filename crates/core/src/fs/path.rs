@@ -8,7 +8,8 @@ use std::path::Path;
 use parking_lot::Mutex;
 
 use super::data::TranslationCache;
-use super::ops::{to_ino, SetAttr, SetTime, ROOT};
+use super::node::{retry, Target};
+use super::ops::{SetAttr, SetTime, ROOT};
 use super::{errno, DirEntry, Fs, Metadata, RenameFlags};
 use crate::layout::inode::FileType;
 
@@ -19,6 +20,7 @@ fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
         .filter(|c| !c.is_empty() && *c != b".")
 }
 
+/// The caller's effective (uid, gid), the owner of what it creates.
 fn ids() -> (u32, u32) {
     // SAFETY: plain getters without side effects.
     unsafe { (libc::geteuid(), libc::getegid()) }
@@ -27,14 +29,20 @@ fn ids() -> (u32, u32) {
 impl Fs {
     /// Resolves `path` to (inode, type); follows a final symlink when `follow`.
     pub fn resolve(&self, path: impl AsRef<Path>, follow: bool) -> io::Result<(u64, FileType)> {
-        let bytes = path.as_ref().as_os_str().as_bytes();
-        let mut cur = (ROOT, FileType::Dir);
+        let (t, ft) = retry(|| self.resolve_at(path.as_ref(), follow))?;
+        Ok((t.ino as u64, ft))
+    }
+
+    /// Resolves `path` to the inode it names now, with its generation (`node.rs`).
+    fn resolve_at(&self, path: &Path, follow: bool) -> io::Result<(Target, FileType)> {
+        let bytes = path.as_os_str().as_bytes();
+        let mut cur = (Target::any(ROOT as u32), FileType::Dir);
         let mut iter = components(bytes).peekable();
         while let Some(c) = iter.next() {
             if cur.1 != FileType::Dir {
                 return Err(errno(libc::ENOTDIR));
             }
-            let next = self.lookup_ino(cur.0, c)?;
+            let next = self.inner.lookup_at(cur.0, c)?;
             if next.1 == FileType::Symlink && (iter.peek().is_some() || follow) {
                 // Rare path: rebuild the remaining components behind the link target.
                 let rest: Vec<&[u8]> = iter.collect();
@@ -47,11 +55,11 @@ impl Fs {
 
     fn resolve_slow(
         &self,
-        dir: u64,
-        link: u64,
+        dir: Target,
+        link: Target,
         rest: &[&[u8]],
         follow: bool,
-    ) -> io::Result<(u64, FileType)> {
+    ) -> io::Result<(Target, FileType)> {
         let mut queue: Vec<Vec<u8>> = rest.iter().rev().map(|c| c.to_vec()).collect();
         let mut cur = (dir, FileType::Dir);
         let mut pending_link = Some(link);
@@ -62,9 +70,9 @@ impl Fs {
                 if followed > SYMLINK_FOLLOW_MAX {
                     return Err(errno(libc::ELOOP));
                 }
-                let target = self.readlink(l)?;
+                let target = self.readlink_at(l)?;
                 if target.first() == Some(&b'/') {
-                    cur = (ROOT, FileType::Dir);
+                    cur = (Target::any(ROOT as u32), FileType::Dir);
                 }
                 queue.extend(
                     components(&target)
@@ -77,7 +85,7 @@ impl Fs {
             if cur.1 != FileType::Dir {
                 return Err(errno(libc::ENOTDIR));
             }
-            let next = self.lookup_ino(cur.0, &c)?;
+            let next = self.inner.lookup_at(cur.0, &c)?;
             if next.1 == FileType::Symlink && (!queue.is_empty() || follow) {
                 pending_link = Some(next.0);
             } else {
@@ -86,8 +94,8 @@ impl Fs {
         }
     }
 
-    /// Splits `path` into (parent directory inode, final name).
-    fn resolve_parent<'p>(&self, path: &'p Path) -> io::Result<(u64, &'p [u8])> {
+    /// Splits `path` into (parent directory, final name).
+    fn resolve_parent_at<'p>(&self, path: &'p Path) -> io::Result<(Target, &'p [u8])> {
         let bytes = path.as_os_str().as_bytes();
         let trimmed = bytes.strip_suffix(b"/").unwrap_or(bytes);
         let (dir, name) = match trimmed.iter().rposition(|&b| b == b'/') {
@@ -101,97 +109,74 @@ impl Fs {
                 libc::EINVAL
             }));
         }
-        let (parent, ft) = self.resolve(Path::new(std::ffi::OsStr::from_bytes(dir)), true)?;
+        let (parent, ft) = self.resolve_at(Path::new(std::ffi::OsStr::from_bytes(dir)), true)?;
         if ft != FileType::Dir {
             return Err(errno(libc::ENOTDIR));
         }
         Ok((parent, name))
     }
 
-    /// Resolves `path` and runs `f` on the inode it names while the directory entry that
-    /// named it is held in place (its directory's index, read-locked): an unlink can clear the
-    /// entry meanwhile but cannot free the inode, so its number cannot be reused by another
-    /// file between the lookup and `f` (which may take stripe locks, never directory locks).
-    /// The root, ".", ".." and paths ending in them go through `resolve` (directories are
-    /// freed only once empty and removed, and those names are never the last link).
-    fn with_resolved<R>(
+    /// Resolves `path` and runs `f` on what it names, again from the start if `f` finds the
+    /// inode changed since the lookup (`node::retry`).
+    fn on_path<R>(
         &self,
         path: &Path,
         follow: bool,
-        f: impl FnOnce(u64, FileType) -> io::Result<R>,
+        f: impl Fn(Target, FileType) -> io::Result<R>,
     ) -> io::Result<R> {
-        let mut target = path.to_path_buf();
-        for _ in 0..=SYMLINK_FOLLOW_MAX {
-            let bytes = target.as_os_str().as_bytes();
-            let trimmed = bytes.strip_suffix(b"/").unwrap_or(bytes);
-            let last = trimmed.rsplit(|&b| b == b'/').next().unwrap_or(b"");
-            if matches!(last, b"" | b"." | b"..") {
-                let (ino, ft) = self.resolve(&target, follow)?;
-                return f(ino, ft);
-            }
-            let (parent, name) = self.resolve_parent(&target)?;
-            let inner = &self.inner;
-            let p = to_ino(parent)?;
-            let ds = inner.dir(p)?;
-            let g = inner.index_read(p, &ds)?;
-            let idx = g.as_ref().expect("index loaded");
-            let found = idx
-                .find(&inner.pm, &inner.geo, name, inner.name_hash(name))
-                .ok_or_else(|| errno(libc::ENOENT))?;
-            let (ino, ft) = (found.header.ino as u64, found.header.ftype);
-            if ft != FileType::Symlink || !follow {
-                return f(ino, ft);
-            }
-            let link = self.readlink(ino)?;
-            drop(g);
-            let link = Path::new(std::ffi::OsStr::from_bytes(&link));
-            target = if link.is_absolute() {
-                link.to_path_buf()
-            } else {
-                let dir = &trimmed[..trimmed.len() - last.len()];
-                Path::new(std::ffi::OsStr::from_bytes(dir)).join(link)
-            };
-        }
-        Err(errno(libc::ELOOP))
+        retry(|| {
+            let (t, ft) = self.resolve_at(path, follow)?;
+            f(t, ft)
+        })
     }
 
-    /// Resolves `path` and takes an open reference on the result (release it with
-    /// `release_ino`): the inode stays the one the path named for as long as it is held.
-    fn resolve_held(&self, path: &Path, follow: bool) -> io::Result<(u64, FileType)> {
-        self.with_resolved(path, follow, |ino, ft| {
-            self.inner.open.acquire(to_ino(ino)?);
-            Ok((ino, ft))
+    /// Resolves the parent of `path` and runs `f` on it and the final name, as `on_path`.
+    fn on_parent<R>(
+        &self,
+        path: &Path,
+        f: impl Fn(Target, &[u8]) -> io::Result<R>,
+    ) -> io::Result<R> {
+        retry(|| {
+            let (parent, name) = self.resolve_parent_at(path)?;
+            f(parent, name)
         })
     }
 
     pub fn create_dir(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let (parent, name) = self.resolve_parent(path.as_ref())?;
-        let (uid, gid) = ids();
-        self.mkdir(parent, name, 0o755, uid, gid).map(|_| ())
+        self.on_parent(path.as_ref(), |p, name| {
+            self.mkdir_at(p, name, 0o755, ids()).map(|_| ())
+        })
     }
 
     pub fn create_dir_all(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let bytes = path.as_ref().as_os_str().as_bytes();
-        let mut cur = ROOT;
-        let (uid, gid) = ids();
+        retry(|| self.create_dir_all_once(path.as_ref().as_os_str().as_bytes()))
+    }
+
+    fn create_dir_all_once(&self, bytes: &[u8]) -> io::Result<()> {
+        let mut cur = Target::any(ROOT as u32);
         for c in components(bytes) {
-            cur = match self.lookup_ino(cur, c) {
-                Ok((ino, FileType::Dir)) => ino,
+            cur = match self.inner.lookup_at(cur, c) {
+                Ok((t, FileType::Dir)) => t,
                 Ok((_, FileType::Symlink)) => {
                     let prefix = &bytes[..c.as_ptr() as usize - bytes.as_ptr() as usize + c.len()];
-                    match self.resolve(Path::new(std::ffi::OsStr::from_bytes(prefix)), true)? {
-                        (ino, FileType::Dir) => ino,
+                    match self.resolve_at(Path::new(std::ffi::OsStr::from_bytes(prefix)), true)? {
+                        (t, FileType::Dir) => t,
                         _ => return Err(errno(libc::ENOTDIR)),
                     }
                 }
                 Ok(_) => return Err(errno(libc::ENOTDIR)),
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => match self
-                    .mkdir(cur, c, 0o755, uid, gid)
-                {
-                    Ok(m) => m.ino,
-                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => self.lookup_ino(cur, c)?.0,
-                    Err(e) => return Err(e),
-                },
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    match self.mkdir_at(cur, c, 0o755, ids()) {
+                        Ok(m) => Target {
+                            ino: m.ino as u32,
+                            generation: Some(m.generation),
+                        },
+                        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                            self.inner.lookup_at(cur, c)?.0
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
                 Err(e) => return Err(e),
             };
         }
@@ -199,31 +184,27 @@ impl Fs {
     }
 
     pub fn remove_dir(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let (parent, name) = self.resolve_parent(path.as_ref())?;
-        self.rmdir(parent, name)
+        self.on_parent(path.as_ref(), |p, name| self.remove_at(p, name, true))
     }
 
     pub fn remove_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
-        let (parent, name) = self.resolve_parent(path.as_ref())?;
-        self.unlink(parent, name)
+        self.on_parent(path.as_ref(), |p, name| self.remove_at(p, name, false))
     }
 
     /// Renames `from` to `to`, replacing `to` if it exists (rename(2)).
     pub fn rename_path(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Result<()> {
-        let (sp, sn) = self.resolve_parent(from.as_ref())?;
-        let (dp, dn) = self.resolve_parent(to.as_ref())?;
-        self.rename(sp, sn, dp, dn, RenameFlags::default())
+        retry(|| {
+            let (sp, sn) = self.resolve_parent_at(from.as_ref())?;
+            let (dp, dn) = self.resolve_parent_at(to.as_ref())?;
+            super::rename::rename(&self.inner, sp, sn, dp, dn, RenameFlags::default())
+        })
     }
 
     pub fn hard_link(&self, original: impl AsRef<Path>, link: impl AsRef<Path>) -> io::Result<()> {
-        // Held across the link: a concurrent unlink cannot free the inode and hand its
-        // number to another file (link then fails with ENOENT on the unlinked one).
-        let (ino, _) = self.resolve_held(original.as_ref(), false)?;
-        let r = self
-            .resolve_parent(link.as_ref())
-            .and_then(|(dp, dn)| self.link(ino, dp, dn));
-        self.release_ino(ino)?;
-        r.map(|_| ())
+        self.on_path(original.as_ref(), false, |t, _| {
+            let (dp, dn) = self.resolve_parent_at(link.as_ref())?;
+            self.link_at(t, dp, dn).map(|_| ())
+        })
     }
 
     /// Creates a symlink at `link` pointing to `original` (std::os::unix::fs::symlink order).
@@ -232,14 +213,14 @@ impl Fs {
         original: impl AsRef<Path>,
         link: impl AsRef<Path>,
     ) -> io::Result<()> {
-        let (dp, dn) = self.resolve_parent(link.as_ref())?;
-        let (uid, gid) = ids();
-        self.symlink(dp, dn, original.as_ref().as_os_str().as_bytes(), uid, gid)
-            .map(|_| ())
+        let target = original.as_ref().as_os_str().as_bytes();
+        self.on_parent(link.as_ref(), |p, name| {
+            self.symlink_at(p, name, target, ids()).map(|_| ())
+        })
     }
 
     pub fn read_link(&self, path: impl AsRef<Path>) -> io::Result<std::path::PathBuf> {
-        let target = self.with_resolved(path.as_ref(), false, |ino, _| self.readlink(ino))?;
+        let target = self.on_path(path.as_ref(), false, |t, _| self.readlink_at(t))?;
         Ok(std::path::PathBuf::from(
             std::ffi::OsString::from_vec_compat(target),
         ))
@@ -247,12 +228,16 @@ impl Fs {
 
     /// Attributes, following a final symlink.
     pub fn metadata(&self, path: impl AsRef<Path>) -> io::Result<Metadata> {
-        self.with_resolved(path.as_ref(), true, |ino, _| self.getattr(ino))
+        self.on_path(path.as_ref(), true, |t, _| self.getattr_at(t))
     }
 
     /// Attributes of the path itself (a symlink is not followed).
     pub fn symlink_metadata(&self, path: impl AsRef<Path>) -> io::Result<Metadata> {
-        self.with_resolved(path.as_ref(), false, |ino, _| self.getattr(ino))
+        self.on_path(path.as_ref(), false, |t, _| self.getattr_at(t))
+    }
+
+    fn setattr_path(&self, path: &Path, attr: &SetAttr) -> io::Result<()> {
+        self.on_path(path, true, |t, _| self.setattr_at(t, attr).map(|_| ()))
     }
 
     /// Sets permission bits (chmod).
@@ -261,8 +246,7 @@ impl Fs {
             mode: Some(perm),
             ..Default::default()
         };
-        self.with_resolved(path.as_ref(), true, |ino, _| self.setattr(ino, &attr))
-            .map(|_| ())
+        self.setattr_path(path.as_ref(), &attr)
     }
 
     /// Sets access and modification times (utimensat); `None` leaves one alone.
@@ -277,8 +261,7 @@ impl Fs {
             mtime,
             ..Default::default()
         };
-        self.with_resolved(path.as_ref(), true, |ino, _| self.setattr(ino, &attr))
-            .map(|_| ())
+        self.setattr_path(path.as_ref(), &attr)
     }
 
     /// Sets owner and group (chown); `None` leaves one alone.
@@ -293,22 +276,22 @@ impl Fs {
             gid,
             ..Default::default()
         };
-        self.with_resolved(path.as_ref(), true, |ino, _| self.setattr(ino, &attr))
-            .map(|_| ())
+        self.setattr_path(path.as_ref(), &attr)
     }
 
     /// The entries of a directory, without "." and "..".
     pub fn read_dir(&self, path: impl AsRef<Path>) -> io::Result<Vec<DirEntry>> {
-        let (ino, ft) = self.resolve(path, true)?;
-        if ft != FileType::Dir {
-            return Err(errno(libc::ENOTDIR));
-        }
-        let mut out = Vec::new();
-        self.readdir(ino, 2, |e| {
-            out.push(e);
-            true
-        })?;
-        Ok(out)
+        self.on_path(path.as_ref(), true, |t, ft| {
+            if ft != FileType::Dir {
+                return Err(errno(libc::ENOTDIR));
+            }
+            let mut out = Vec::new();
+            self.readdir_at(t, 2, |e| {
+                out.push(e);
+                true
+            })?;
+            Ok(out)
+        })
     }
 
     /// Reads a whole file.
@@ -329,47 +312,31 @@ impl Fs {
         f.write_all_at(data, 0)
     }
 
-    /// Looks `name` up in `parent` and takes an open reference while the directory is locked,
-    /// so an unlink cannot free the inode in between.
-    fn lookup_and_open(&self, parent: u64, name: &[u8]) -> io::Result<(u64, FileType)> {
-        let inner = &self.inner;
-        let p = to_ino(parent)?;
-        let ds = inner.dir(p)?;
-        let g = inner.index_read(p, &ds)?;
-        let idx = g.as_ref().expect("index loaded");
-        let f = idx
-            .find(&inner.pm, &inner.geo, name, inner.name_hash(name))
-            .ok_or_else(|| errno(libc::ENOENT))?;
-        inner.open.acquire(f.header.ino);
-        Ok((f.header.ino as u64, f.header.ftype))
-    }
-
     fn open_path(&self, path: &Path, o: &OpenOptions) -> io::Result<File> {
         let writable = o.write || o.append;
         if (o.create || o.create_new || o.truncate) && !writable {
             return Err(errno(libc::EINVAL));
         }
-        let (parent, name) = match self.resolve_parent(path) {
-            Ok(pn) => pn,
-            // The root itself.
-            Err(_) if components(path.as_os_str().as_bytes()).next().is_none() => {
-                return self.open_resolved(ROOT, FileType::Dir, o);
-            }
-            Err(e) => return Err(e),
-        };
+        if components(path.as_os_str().as_bytes()).next().is_none() {
+            self.open_at(Target::any(ROOT as u32))?;
+            return self.open_resolved(ROOT, FileType::Dir, o);
+        }
+        retry(|| self.open_path_once(path, o))
+    }
+
+    /// One attempt of `open_path` (ESTALE: the inode a name led to changed meanwhile).
+    fn open_path_once(&self, path: &Path, o: &OpenOptions) -> io::Result<File> {
+        let (parent, name) = self.resolve_parent_at(path)?;
         loop {
-            match self.lookup_and_open(parent, name) {
-                Ok((ino, ft)) => {
-                    if o.create_new {
-                        self.release_ino(ino)?;
-                        return Err(errno(libc::EEXIST));
-                    }
-                    if ft == FileType::Symlink {
-                        self.release_ino(ino)?;
-                        let (ino, ft) = self.resolve_held(path, true)?;
-                        return self.open_resolved(ino, ft, o);
-                    }
-                    return self.open_resolved(ino, ft, o);
+            match self.inner.lookup_at(parent, name) {
+                Ok(_) if o.create_new => return Err(errno(libc::EEXIST)),
+                Ok((t, ft)) => {
+                    let (t, ft) = match ft {
+                        FileType::Symlink => self.resolve_at(path, true)?,
+                        _ => (t, ft),
+                    };
+                    self.open_at(t)?;
+                    return self.open_resolved(t.ino as u64, ft, o);
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) && (o.create || o.create_new) => {
                     let (uid, gid) = ids();

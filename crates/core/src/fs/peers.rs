@@ -62,6 +62,11 @@ impl Inner {
         }
     }
 
+    /// Whether a reference here or, on a shared mount, in another process holds `ino`.
+    pub(crate) fn held(&self, ino: u32) -> bool {
+        self.open.is_open(ino) || self.peers.as_ref().is_some_and(|p| p.open_anywhere(ino))
+    }
+
     /// The length below which `ino`'s blocks must not be freed: its longest direct map here,
     /// or everything while another process maps it.
     pub(crate) fn mapped_len(&self, ino: u32) -> u64 {
@@ -124,9 +129,7 @@ impl Inner {
     pub(crate) fn free_unheld_orphans(&self, orphans: &[u32]) -> io::Result<u64> {
         let mut freed = 0;
         for &ino in orphans {
-            let held =
-                self.open.is_open(ino) || self.peers.as_ref().is_some_and(|p| p.open_anywhere(ino));
-            if !held {
+            if !self.held(ino) {
                 let _g = self.stripes.write(ino);
                 self.free_inode(ino)?;
                 freed += 1;

@@ -4,6 +4,7 @@
 use std::io;
 
 use super::dir::{DirIndex, Found};
+use super::node::Target;
 use super::ops::RenameFlags;
 use super::{errno, now_ns, Inner};
 use crate::layout::dentry::{self, Header};
@@ -19,12 +20,13 @@ enum Dest {
 
 pub(crate) fn rename(
     inner: &Inner,
-    sp: u32,
+    src: Target,
     sname: &[u8],
-    dp: u32,
+    dst: Target,
     dname: &[u8],
     flags: RenameFlags,
 ) -> io::Result<()> {
+    let (sp, dp) = (src.ino, dst.ino);
     inner.check_writable()?;
     if flags.noreplace && flags.exchange {
         return Err(errno(libc::EINVAL));
@@ -38,8 +40,8 @@ pub(crate) fn rename(
     let cross = sp != dp;
     // Moves between directories are serialised so the loop check sees a stable tree.
     let _rename_guard = cross.then(|| inner.rename_lock.lock());
-    let sds = inner.dir(sp)?;
-    let dds = inner.dir(dp)?;
+    let sds = inner.dir_at(src)?;
+    let dds = inner.dir_at(dst)?;
     // Both directories' modify locks, then their index locks, in inode order.
     let _modify = if sp <= dp {
         (sds.modify.lock(), cross.then(|| dds.modify.lock()))

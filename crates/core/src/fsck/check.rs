@@ -26,7 +26,7 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
         return r;
     };
     let geo = sb.geo.clone();
-    let state = MountState::decode(pm.bytes(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
+    let state = MountState::decode(&pm.read_vec(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
     let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
     if state.is_none() {
         r.recovery.push(
@@ -106,7 +106,7 @@ fn check_superblocks(pm: &Pm, r: &mut FsckReport) -> Option<Superblock> {
         r.problem("primary superblock damaged (the replica is intact)", 0);
     } else {
         let replica = Superblock::decode(
-            pm.bytes(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
+            &pm.read_vec(REPLICA_BLOCK * BLOCK_SIZE, BLOCK_SIZE as usize),
             REPLICA_BLOCK * BLOCK_SIZE,
         );
         if replica.as_ref() != Ok(&sb) {
@@ -135,7 +135,7 @@ fn check_inodes(pm: &Pm, geo: &Geometry, r: &mut FsckReport) -> Vec<Option<Inode
     let mut v = vec![None; geo.inode_count as usize];
     for ino in 1..geo.inode_count {
         let off = geo.inode_off(ino);
-        let raw = Inode::decode_raw(pm.bytes(off, INODE_SIZE as usize));
+        let raw = Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(off));
         if raw.is_free() {
             continue;
         }
@@ -263,7 +263,8 @@ fn check_trees<T: BlockTree>(
     for ino in 1..geo.inode_count as u32 {
         let off = tree::root_off(geo, ino);
         let free =
-            Inode::decode_raw(pm.bytes(geo.inode_off(ino as u64), INODE_SIZE as usize)).is_free();
+            Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(geo.inode_off(ino as u64)))
+                .is_free();
         if free && pm.load_u64(off) != 0 {
             if unclean {
                 stray += 1;
@@ -452,7 +453,7 @@ fn check_dir(
                 }
             };
             dentry::name_from_units(
-                pm.bytes(off, h.units as usize * UNIT_SIZE as usize),
+                &pm.read_vec(off, h.units as usize * UNIT_SIZE as usize),
                 h.name_len as usize,
                 &mut name,
             );

@@ -106,7 +106,9 @@ impl RepairReport {
     }
 }
 
-/// Checks the image at `path`. Err only for operational failures (cannot open or map).
+/// Checks the image at `path`: a mapping under the image's shared lock, or a copy while a
+/// read-write mount holds it (`stable_view`). Err only for operational failures (cannot open,
+/// map or read).
 pub fn check_image(path: &Path) -> io::Result<FsckReport> {
     let f = std::fs::File::open(path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
@@ -114,7 +116,7 @@ pub fn check_image(path: &Path) -> io::Result<FsckReport> {
     if len < 3 * BLOCK_SIZE {
         return Ok(too_small(len));
     }
-    let pm = Pm::map_private(&f, len)?;
+    let pm = crate::fs::mount::stable_view(&f, path, len, || Pm::map_private(&f, len))?;
     Ok(check_pm(&pm))
 }
 

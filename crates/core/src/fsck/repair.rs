@@ -97,7 +97,7 @@ fn note(log: &mut Vec<Problem>, what: impl Into<String>, offset: u64) {
 fn repair_once(pm: &Pm, log: &mut Vec<Problem>) -> Result<(), String> {
     let geo = fix_superblocks(pm, log)?;
     let state_off = STATE_BLOCK * BLOCK_SIZE;
-    let state = MountState::decode(pm.bytes(state_off, STATE_LEN));
+    let state = MountState::decode(&pm.read_vec(state_off, STATE_LEN));
     let mut st = state.clone().unwrap_or_default();
     st.state = STATE_MOUNTED;
     write_state(pm, &st);
@@ -133,8 +133,8 @@ fn repair_once(pm: &Pm, log: &mut Vec<Problem>) -> Result<(), String> {
 fn fix_superblocks(pm: &Pm, log: &mut Vec<Problem>) -> Result<Geometry, String> {
     let bs = BLOCK_SIZE as usize;
     let (p_off, r_off) = (PRIMARY_BLOCK * BLOCK_SIZE, REPLICA_BLOCK * BLOCK_SIZE);
-    let primary = Superblock::decode(pm.bytes(p_off, bs), p_off);
-    let replica = Superblock::decode(pm.bytes(r_off, bs), r_off);
+    let primary = Superblock::decode(&pm.read_vec(p_off, bs), p_off);
+    let replica = Superblock::decode(&pm.read_vec(r_off, bs), r_off);
     let (sb, src, dst) = match (&primary, &replica) {
         (Ok(p), r) => (p.clone(), p_off, (r.as_ref() != Ok(p)).then_some(r_off)),
         (Err(_), Ok(r)) => (r.clone(), r_off, Some(p_off)),
@@ -160,7 +160,7 @@ fn fix_superblocks(pm: &Pm, log: &mut Vec<Problem>) -> Result<Geometry, String> 
         );
     }
     if let Some(dst) = dst {
-        let bytes = pm.bytes(src, bs).to_vec();
+        let bytes = pm.read_vec(src, bs);
         pm.write(dst, &bytes);
         pm.persist(dst, bs);
         pm.fence();
@@ -285,7 +285,7 @@ impl<'a> Repair<'a> {
         };
         for ino in 1..n {
             let off = geo.inode_off(ino as u64);
-            let raw = Inode::decode_raw(pm.bytes(off, INODE_SIZE as usize));
+            let raw = Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(off));
             r.raw_free[ino] = raw.is_free();
             r.raw_nlink[ino] = raw.nlink;
             r.inodes[ino] = if ino as u64 == ROOT_INO {
@@ -641,7 +641,7 @@ impl<'a> Repair<'a> {
                 };
                 let units = h.units as u32;
                 dentry::name_from_units(
-                    self.pm.bytes(off, units as usize * UNIT_SIZE as usize),
+                    &self.pm.read_vec(off, units as usize * UNIT_SIZE as usize),
                     h.name_len as usize,
                     &mut name,
                 );
@@ -948,7 +948,7 @@ impl<'a> Repair<'a> {
             .find(|&i| self.raw_free[i as usize] && self.inodes[i as usize].is_none())
             .or_else(|| (2..n).find(|&i| self.inodes[i as usize].is_none()))?;
         let off = self.ino_off(ino);
-        let old = Inode::decode_raw(self.pm.bytes(off, INODE_SIZE as usize));
+        let old = Inode::decode_raw(&self.pm.read_array::<{ INODE_SIZE as usize }>(off));
         let now = now_ns();
         // SAFETY: plain getters.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -1173,13 +1173,13 @@ impl<'a> Repair<'a> {
         }
         for ino in 1..self.inodes.len() as u32 {
             let off = self.geo.inode_off(ino as u64);
-            let old = Inode::decode_raw(pm.bytes(off, INODE_SIZE as usize));
+            let old = Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(off));
             match &self.inodes[ino as usize] {
                 None if !old.is_free() => {
                     // Mode and link count share the first word: storing 0 frees the record.
                     w.write(off, &0u64.to_le_bytes());
                 }
-                Some(i) if *pm.bytes(off, INODE_SIZE as usize) != i.encode()[..] => {
+                Some(i) if pm.read_array::<{ INODE_SIZE as usize }>(off) != i.encode()[..] => {
                     if !old.is_free() {
                         let what = describe_change(ino, &old, i);
                         if !what.is_empty() {

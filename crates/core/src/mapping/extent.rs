@@ -547,7 +547,9 @@ impl BlockTree for Extent {
     fn claim(&self, b: &Base, pm: &Pm, j: &Journal, ino: u32, lblk: u32) -> io::Result<Claim> {
         let l = lblk as u64;
         let leaf = self.leaf_with_room(b, pm, j, ino, l)?;
-        let inode = Inode::decode_raw(pm.bytes(b.geo.inode_off(ino as u64), INODE_SIZE as usize));
+        let inode = Inode::decode_raw(
+            &pm.read_array::<{ INODE_SIZE as usize }>(b.geo.inode_off(ino as u64)),
+        );
         // Blocks below `limit` become visible when published and must stay invisible until
         // then; blocks past it are invisible until the inode's size or count moves (and
         // recovery trims them), so they may join a published extent at once.

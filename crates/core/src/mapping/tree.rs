@@ -323,7 +323,9 @@ pub fn recover<T: BlockTree>(
             if base.root(pm, ino) == 0 {
                 continue;
             }
-            let i = Inode::decode_raw(pm.bytes(geo.inode_off(ino as u64), INODE_SIZE as usize));
+            let i = Inode::decode_raw(
+                &pm.read_array::<{ INODE_SIZE as usize }>(geo.inode_off(ino as u64)),
+            );
             if i.is_free() {
                 base.set_root(pm, ino, 0);
                 report.stray_blocks_freed += 1;

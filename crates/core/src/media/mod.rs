@@ -7,6 +7,7 @@
 
 mod flush;
 pub mod mutation;
+pub mod pages;
 mod region;
 pub mod trace;
 
@@ -106,13 +107,22 @@ impl Pm {
         self.flush
     }
 
+    /// Bytes of the mapping the kernel maps with 2 MiB pages (see [`pages`]); None for
+    /// memory that is not a file mapping, or when /proc/self/smaps cannot tell.
+    pub fn huge_mapped_bytes(&self) -> Option<u64> {
+        match self._backing {
+            Backing::Mapped { ptr, .. } => pages::pmd_mapped_bytes(ptr as usize),
+            Backing::Memory(_) => None,
+        }
+    }
+
     pub fn mode(&self) -> MediaMode {
         self.mode
     }
 
     /// A copy of the whole region (crash tests, image snapshots).
     pub fn snapshot(&self) -> Vec<u8> {
-        self.bytes(0, self.len as usize).to_vec()
+        self.read_vec(0, self.len as usize)
     }
 
     #[inline]
@@ -142,18 +152,37 @@ impl Pm {
         self.ptr(off)
     }
 
-    /// Borrow `len` bytes at `off`. The caller holds the lock that keeps writers out.
-    #[inline]
-    pub fn bytes(&self, off: u64, len: usize) -> &[u8] {
-        self.check(off, len);
-        // SAFETY: in range; the region lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr(off), len) }
-    }
-
     /// Copies bytes out of the region.
+    ///
+    /// The region is shared memory that other threads store into through `&self`, so it is
+    /// never lent out as a `&[u8]` (a reference asserts that nothing writes the bytes while it
+    /// lives, and creating one reads all of them): every read is a copy through a raw pointer.
+    /// This one is a plain copy, as fast as `memcpy`, and is sound only while nothing writes
+    /// these bytes: the caller holds the lock that keeps writers out (the stripe lock for an
+    /// inode's record and data, the directory locks for entry names). Words that are stored
+    /// without such a lock (hash-table slots, directory entry headers, the words `Inner::dir`
+    /// checks) are read with `load_u64`, and written only with atomic stores (`store_u64`,
+    /// `store_words`), never with `write`.
     #[inline]
     pub fn read(&self, off: u64, buf: &mut [u8]) {
-        buf.copy_from_slice(self.bytes(off, buf.len()));
+        self.check(off, buf.len());
+        // SAFETY: in range; `buf` is ours; no concurrent writer of these bytes (see above).
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr(off), buf.as_mut_ptr(), buf.len()) };
+    }
+
+    /// `read` into a new vector.
+    pub fn read_vec(&self, off: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.read(off, &mut v);
+        v
+    }
+
+    /// `read` into an array (fixed-size records: an inode, the state block).
+    #[inline]
+    pub fn read_array<const N: usize>(&self, off: u64) -> [u8; N] {
+        let mut a = [0; N];
+        self.read(off, &mut a);
+        a
     }
 
     #[inline]
@@ -201,7 +230,30 @@ impl Pm {
         r
     }
 
-    /// Cached store of `data` at `off` (not yet durable).
+    /// Stores `data` (offset and length multiples of 8) as aligned 8-byte atomic stores, in
+    /// order (not yet durable). For records that other threads read word by word without a
+    /// lock (`load_u64`): an inode record, whose type, link count and generation `Inner::dir`
+    /// and name lookups check unlocked, while a transaction rewrites it. A plain copy there
+    /// would be a data race; on x86-64 each store is still one `mov`.
+    #[inline]
+    pub fn store_words(&self, off: u64, data: &[u8]) {
+        assert!(
+            data.len().is_multiple_of(8),
+            "store_words of {} bytes",
+            data.len()
+        );
+        for (k, w) in data.chunks_exact(8).enumerate() {
+            let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+            self.atomic(off + 8 * k as u64)
+                .store(v.to_le(), Ordering::Release);
+        }
+        if let Some(t) = &self.trace {
+            t.store(off, data);
+        }
+    }
+
+    /// Cached store of `data` at `off` (not yet durable). A plain copy: the caller holds the
+    /// lock that keeps other readers and writers of these bytes out (see `read`).
     #[inline]
     pub fn write(&self, off: u64, data: &[u8]) {
         self.check(off, data.len());
@@ -362,12 +414,12 @@ mod tests {
         let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
         pm.write_nt(3, &data);
         pm.fence();
-        assert_eq!(pm.bytes(3, 1000), &data[..]);
+        assert_eq!(pm.read_vec(3, 1000), &data[..]);
         pm.zero_nt(5, 500);
         pm.fence();
-        assert!(pm.bytes(5, 500).iter().all(|&b| b == 0));
-        assert_eq!(pm.bytes(3, 2), &data[..2]);
-        assert_eq!(pm.bytes(505, 498), &data[502..]);
+        assert!(pm.read_vec(5, 500).iter().all(|&b| b == 0));
+        assert_eq!(pm.read_vec(3, 2), &data[..2]);
+        assert_eq!(pm.read_vec(505, 498), &data[502..]);
     }
 
     #[test]
@@ -377,7 +429,7 @@ mod tests {
         assert_eq!(pm.load_u64(64), 0xdead_beef);
         assert_eq!(pm.cas_u64(64, 1, 2), Err(0xdead_beef));
         assert_eq!(pm.cas_u64(64, 0xdead_beef, 2), Ok(0xdead_beef));
-        assert_eq!(pm.bytes(64, 8), &2u64.to_le_bytes());
+        assert_eq!(pm.read_array::<8>(64), 2u64.to_le_bytes());
         pm.persist(60, 10);
         pm.fence();
     }

@@ -12,6 +12,9 @@ pub struct Environment {
     pub memory_bytes: u64,
     /// File-system type of the directory holding images and devices.
     pub shm_dir_fs: String,
+    /// The `huge=` policy of that tmpfs (whether nvmfs images there are mapped with 2 MiB
+    /// pages); None when it is not tmpfs.
+    pub shm_dir_huge_pages: Option<String>,
     /// The cache-line write-back instruction nvmfs uses here.
     pub nvmfs_flush: &'static str,
     pub root: bool,
@@ -86,6 +89,7 @@ impl Environment {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             memory_bytes: memory_bytes(),
             shm_dir_fs: fs_type_of(shm_dir),
+            shm_dir_huge_pages: nvmfs::media::pages::tmpfs_huge_policy(shm_dir),
             nvmfs_flush: nvmfs::media::FlushKind::detect().name(),
             // SAFETY: geteuid has no preconditions.
             root: unsafe { libc::geteuid() } == 0,

@@ -748,12 +748,22 @@ fn markdown(
     let _ = writeln!(s, "\n## Environment and emulation\n");
     let _ = writeln!(
         s,
-        "Linux {}, {} × {}, {:.1} GiB RAM; images in a {} directory; nvmfs flushes with {}.\n",
+        "Linux {}, {} × {}, {:.1} GiB RAM; images in a {} directory{}; nvmfs flushes with {}.\n",
         env.kernel_release,
         env.cpus,
         env.cpu_model,
         env.memory_bytes as f64 / (1u64 << 30) as f64,
         env.shm_dir_fs,
+        env.shm_dir_huge_pages
+            .as_deref()
+            .map_or(String::new(), |h| format!(
+                " (tmpfs huge={h}: {} pages)",
+                if matches!(h, "always" | "within_size") {
+                    "2 MiB"
+                } else {
+                    "4 KiB"
+                }
+            )),
         env.nvmfs_flush
     );
     for e in &env.emulation {

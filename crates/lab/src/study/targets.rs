@@ -576,6 +576,7 @@ impl StudyTarget {
             StudyTarget::Nvmfs(t) => serde_json::json!({
                 "image": t.image_path(),
                 "mode": "library, in-process",
+                "huge_mapped_bytes": t.fs().huge_mapped_bytes(),
             }),
             StudyTarget::Fuse(t) => serde_json::json!({
                 "image": t.image_path(),
