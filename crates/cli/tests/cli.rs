@@ -39,8 +39,8 @@ fn mkfs_mapping_shows_in_info_and_fsck_is_clean() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["mapping"]["name"], mapping);
         assert_eq!(
-            v["mapping"]["tree_node_blocks"], 1,
-            "the root directory's tree"
+            v["mapping"]["tree_node_blocks"], 0,
+            "a fresh image maps nothing"
         );
         let out = nvmfs(&["info", img]);
         assert!(
