@@ -56,6 +56,18 @@ fn ace_seq2_sample_tree_mappings() {
     check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Radix);
 }
 
+/// Random sequences on each tree mapping; `TREE_RANDOM=N` runs N per mapping (default 40).
+#[test]
+fn random_sequences_sample_tree_mappings() {
+    let count = std::env::var("TREE_RANDOM").map_or(40, |v| v.parse().expect("TREE_RANDOM"));
+    check_on(
+        Suite::Random { count, seed: 101 },
+        None,
+        MappingKind::Extent,
+    );
+    check_on(Suite::Random { count, seed: 201 }, None, MappingKind::Radix);
+}
+
 #[test]
 fn tree_growth_under_crashes() {
     // 270 single-block extents after holes: the extent tree splits its root leaf (255
