@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use nvmfs_crashtest::{mutation_check, run, workloads, Suite, Workload};
+use nvmfs_crashtest::{mutation_check, run, workloads_for, MappingKind, Suite, Workload};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -22,7 +22,7 @@ use nvmfs_crashtest::{mutation_check, run, workloads, Suite, Workload};
     after_help = "Exit status: 0 no violation, 1 violations found (or uncaught mutations), 2 usage.\n\n\
         Examples:\n  nvmfs crashtest --ace seq1\n  nvmfs crashtest --ace seq2 --sample 300 --seed 7\n  \
         nvmfs crashtest --random 10000 --seed 1\n  nvmfs crashtest --ace seq2 --only 1234\n  \
-        nvmfs crashtest --mutations"
+        nvmfs crashtest --mapping extent --ace seq1\n  nvmfs crashtest --mutations"
 )]
 pub struct Args {
     /// ACE workload set: seq1 or seq2
@@ -50,6 +50,10 @@ pub struct Args {
     /// (internal) run the process-kill child workload on IMAGE
     #[arg(long, value_name = "IMAGE", hide = true)]
     kill_child: Option<PathBuf>,
+    /// File mapping of the images: hashfs, extent or radix
+    #[arg(long, value_name = "MAPPING", default_value = "hashfs",
+        value_parser = ["hashfs", "extent", "radix"])]
+    mapping: String,
     /// Worker threads
     #[arg(long, value_name = "T", default_value_t = 2)]
     threads: usize,
@@ -68,7 +72,8 @@ fn select(args: &Args) -> Result<Vec<Workload>, String> {
         },
         _ => Suite::Seq1,
     };
-    let mut list = workloads(&suite);
+    let mapping: MappingKind = args.mapping.parse()?;
+    let mut list = workloads_for(&suite, mapping);
     if let Some(i) = args.only {
         if i >= list.len() {
             return Err(format!("--only {i}: the set has {} workloads", list.len()));

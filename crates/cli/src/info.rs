@@ -172,6 +172,10 @@ struct Mapping {
     probe_length_mean_slots: f64,
     probe_length_max_slots: u64,
     probe_histogram: Vec<Bucket>,
+    /// Tree mappings (extent, radix): blocks holding tree nodes.
+    tree_node_blocks: u64,
+    /// Tree mappings: data blocks the trees map.
+    tree_data_blocks: u64,
 }
 
 #[derive(Serialize)]
@@ -270,6 +274,8 @@ impl Summary {
                     .zip(i.probe_hist)
                     .map(|(&slots, blocks)| Bucket { slots, blocks })
                     .collect(),
+                tree_node_blocks: i.tree_nodes,
+                tree_data_blocks: i.tree_data_blocks,
             },
         }
     }
@@ -342,11 +348,20 @@ impl Summary {
                 r.inode_table.inode_slots, r.inode_table.inode_size_bytes
             ),
         );
-        region(
-            "hash table",
-            &r.hash_table.region,
-            format!(" ({} entries)", r.hash_table.entries),
-        );
+        if m.name == "hashfs" {
+            region(
+                "hash table",
+                &r.hash_table.region,
+                format!(" ({} entries)", r.hash_table.entries),
+            );
+        } else {
+            // The same blocks hold the tree mappings' bitmap and root table (FORMAT.md §6a).
+            region(
+                "bitmap+roots",
+                &r.hash_table.region,
+                format!(" ({} bitmap bits)", r.hash_table.entries),
+            );
+        }
         region("data", &r.data, String::new());
 
         let _ = writeln!(s, "\nusage:");
@@ -372,6 +387,12 @@ impl Summary {
         );
 
         let _ = writeln!(s, "\nmapping:        {}", m.name);
+        if m.name != "hashfs" {
+            let _ = writeln!(s, "  blocks used:  {:.2}% (bitmap)", m.load_factor * 100.0);
+            let _ = writeln!(s, "  tree nodes:   {} blocks", m.tree_node_blocks);
+            let _ = writeln!(s, "  mapped data:  {} blocks", m.tree_data_blocks);
+            return s;
+        }
         let _ = writeln!(s, "  load factor:  {:.2}%", m.load_factor * 100.0);
         let _ = writeln!(s, "  tombstones:   {}", m.tombstones);
         let _ = writeln!(s, "  reserved:     {} slots", m.reserved_slots);

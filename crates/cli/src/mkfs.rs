@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use nvmfs::layout::superblock::{Geometry, Superblock, MAGIC, MIN_BLOCKS, REPLICA_BLOCK};
 use nvmfs::layout::BLOCK_SIZE;
+use nvmfs::mapping::MappingKind;
 use nvmfs::{FormatOptions, Fs};
 
 use crate::output;
@@ -26,7 +27,9 @@ use crate::size::{format_size, parse_size};
         allocated up front (as persistent memory would be): put it on /dev/shm (tmpfs) to emulate persistent memory with DRAM, or on a \
         DAX file system for real persistent memory.",
     after_help = "Exit status: 0 on success, 1 on error.\n\n\
-        Examples:\n  nvmfs mkfs /dev/shm/nvmfs.img\n  nvmfs mkfs --size 8G --inodes 1000000 /dev/shm/big.img"
+        Examples:\n  nvmfs mkfs /dev/shm/nvmfs.img\n  nvmfs mkfs --size 8G --inodes 1000000 /dev/shm/big.img\n  \
+        nvmfs mkfs --mapping extent /dev/shm/extent.img\n  \
+        nvmfs mkfs --mapping radix --layout-score 0.8 /dev/shm/radix.img"
 )]
 pub struct Args {
     /// Image size: bytes, or with a binary unit K, M, G, T (KiB, ...); rounded down to whole
@@ -37,6 +40,15 @@ pub struct Args {
     /// [default: one per 16 KiB of image]
     #[arg(short = 'N', long, value_name = "N")]
     pub inodes: Option<u64>,
+    /// File mapping: hashfs (global hash table that is also the allocator), extent (per-file
+    /// extent tree), radix (per-file radix tree); the tree mappings use a block bitmap
+    #[arg(short, long, value_name = "MAPPING", default_value = "hashfs",
+        value_parser = ["hashfs", "extent", "radix"])]
+    pub mapping: String,
+    /// Fragment new files to this layout score, 0..1 (the share of a file's blocks that
+    /// follow the previous block physically; Neal et al.): extent and radix only
+    #[arg(long, value_name = "S")]
+    pub layout_score: Option<f64>,
     /// Overwrite IMAGE even if it already holds an nvmfs image or other data
     #[arg(short, long)]
     pub force: bool,
@@ -76,13 +88,29 @@ fn mkfs(args: &Args) -> Result<String, String> {
     if args.inodes == Some(0) {
         return Err("--inodes must be at least 1".into());
     }
+    let mapping: MappingKind = args.mapping.parse()?;
     // The same layout Fs::format computes, checked first for a clear message.
-    Geometry::compute(blocks, args.inodes).map_err(|e| {
+    let geo = Geometry::compute(blocks, args.inodes).map_err(|e| {
         format!(
             "cannot lay out a {} image: {e}",
             format_size(blocks * BLOCK_SIZE)
         )
     })?;
+    if mapping.uses_allocator() {
+        nvmfs::mapping::tree::check_fits(&geo)
+            .map_err(|e| format!("cannot lay out the {mapping} mapping: {e}"))?;
+    }
+    if let Some(s) = args.layout_score {
+        if !mapping.uses_allocator() {
+            return Err(format!(
+                "--layout-score needs --mapping extent or radix (the {mapping} mapping has no \
+                 block allocator to fragment)"
+            ));
+        }
+        if !(0.0..=1.0).contains(&s) {
+            return Err(format!("--layout-score {s}: must be between 0 and 1"));
+        }
+    }
 
     let existing = match std::fs::metadata(path) {
         Ok(md) => {
@@ -105,6 +133,8 @@ fn mkfs(args: &Args) -> Result<String, String> {
     let opts = FormatOptions {
         size_bytes: size,
         inode_count: args.inodes,
+        mapping,
+        layout_score: args.layout_score,
     };
     if let Err(e) = Fs::format(path, &opts) {
         if existing.is_none() {
@@ -140,6 +170,10 @@ fn mkfs(args: &Args) -> Result<String, String> {
     );
     // Inode 0 is never used, as in statfs.
     let _ = writeln!(s, "  inodes:       {}", geo.inode_count - 1);
+    let _ = writeln!(s, "  mapping:      {}", sb.mapping);
+    if let Some(p) = sb.layout_score_permille {
+        let _ = writeln!(s, "  layout score: {:.3}", p as f64 / 1000.0);
+    }
     let _ = writeln!(s, "  uuid:         {}", output::uuid_string(&sb.uuid));
     Ok(s)
 }

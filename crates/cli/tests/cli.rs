@@ -26,6 +26,46 @@ fn mkfs_16m(image: &Path) {
 }
 
 #[test]
+fn mkfs_mapping_shows_in_info_and_fsck_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    for mapping in ["extent", "radix"] {
+        let image = dir.path().join(format!("{mapping}.img"));
+        let img = image.to_str().unwrap();
+        let out = nvmfs(&["mkfs", "--size", "16M", "--mapping", mapping, img]);
+        assert_eq!(out.status.code(), Some(0), "mkfs: {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains(&format!("mapping:      {mapping}")));
+        let out = nvmfs(&["info", img, "--json"]);
+        assert_eq!(out.status.code(), Some(0), "info: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["mapping"]["name"], mapping);
+        assert_eq!(
+            v["mapping"]["tree_node_blocks"], 0,
+            "a fresh image maps nothing"
+        );
+        let out = nvmfs(&["info", img]);
+        assert!(
+            text(&out.stdout).contains("tree nodes"),
+            "{}",
+            text(&out.stdout)
+        );
+        let out = nvmfs(&["fsck", "-n", img]);
+        assert_eq!(out.status.code(), Some(0), "fsck: {}", text(&out.stdout));
+    }
+    let out = nvmfs(&[
+        "mkfs",
+        "--mapping",
+        "btree",
+        dir.path().join("x.img").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("hashfs"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn mkfs_info_fsck_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("test.img");

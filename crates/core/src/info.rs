@@ -1,4 +1,5 @@
-//! `nvmfs info`: geometry, use, and the shape of the HashFS table, read from an image
+//! `nvmfs info`: geometry, use, and the shape of the file mapping (HashFS table, or the
+//! trees and bitmap of a tree mapping), read from an image
 //! without mounting it (safe on a mounted image: it takes no lock and writes nothing).
 
 use std::io;
@@ -10,6 +11,8 @@ use crate::layout::state::{MountState, STATE_CLEAN, STATE_LEN};
 use crate::layout::superblock::{Geometry, STATE_BLOCK};
 use crate::layout::BLOCK_SIZE;
 use crate::mapping::hashfs::{self, HashFs, RESERVED, TOMBSTONE};
+use crate::mapping::tree::{self, BlockTree, Reach};
+use crate::mapping::{balloc, extent, radix, MappingKind};
 use crate::media::{FlushKind, MediaMode, Pm};
 
 /// Probe-length histogram buckets: 1, 2, 3-4, 5-8, 9-16, 17-64, >64 slots.
@@ -40,6 +43,10 @@ pub struct Info {
     pub probe_mean: f64,
     pub probe_max: u64,
     pub probe_hist: [u64; 7],
+    /// Tree mappings: blocks holding tree nodes (counted in `blocks_used` too).
+    pub tree_nodes: u64,
+    /// Tree mappings: data blocks mapped (the rest of `blocks_used` are nodes).
+    pub tree_data_blocks: u64,
 }
 
 fn bucket(probe: u64) -> usize {
@@ -96,17 +103,23 @@ pub fn inspect_pm(pm: &Pm) -> io::Result<Info> {
         dirs: 0,
         symlinks: 0,
         others: 0,
-        mapping: "hashfs",
+        mapping: sb.mapping.name(),
         load_factor: 0.0,
         tombstones: 0,
         reserved: 0,
         probe_mean: 0.0,
         probe_max: 0,
         probe_hist: [0; 7],
+        tree_nodes: 0,
+        tree_data_blocks: 0,
         geo: geo.clone(),
     };
     count_inodes(pm, &geo, &mut info);
-    scan_table(pm, &geo, &mut info);
+    match sb.mapping {
+        MappingKind::HashFs => scan_table(pm, &geo, &mut info),
+        MappingKind::Extent => scan_trees(&extent::Extent::new(), pm, &geo, &mut info),
+        MappingKind::Radix => scan_trees(&radix::Radix, pm, &geo, &mut info),
+    }
     Ok(info)
 }
 
@@ -124,6 +137,19 @@ fn count_inodes(pm: &Pm, geo: &Geometry, info: &mut Info) {
             _ => info.others += 1,
         }
     }
+}
+
+/// Counts nodes and mapped blocks of every tree; damaged trees count as far as they validate
+/// (`fsck` says what is wrong). Blocks used are the bitmap's.
+fn scan_trees<T: BlockTree>(t: &T, pm: &Pm, geo: &Geometry, info: &mut Info) {
+    tree::census(t, pm, geo, &mut |_, _| {}, &mut |_, r| match r {
+        Reach::Node(_) => info.tree_nodes += 1,
+        Reach::Data { .. } => info.tree_data_blocks += 1,
+    });
+    info.blocks_used = (0..geo.data_blocks)
+        .filter(|&b| balloc::bit(pm, geo, b))
+        .count() as u64;
+    info.load_factor = info.blocks_used as f64 / geo.data_blocks as f64;
 }
 
 fn scan_table(pm: &Pm, geo: &Geometry, info: &mut Info) {

@@ -112,7 +112,12 @@ pub struct Tx<'a> {
     armed: bool,
 }
 
-impl Tx<'_> {
+impl<'a> Tx<'a> {
+    /// The region this transaction writes.
+    pub fn pm(&self) -> &'a Pm {
+        self.pm
+    }
+
     /// Stages an in-place write of `data` at `off`, logging the bytes there now.
     pub fn write(&mut self, off: u64, data: &[u8]) {
         let old = self.pm.read_vec(off, data.len());

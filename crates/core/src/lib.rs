@@ -5,7 +5,7 @@
 //! ```no_run
 //! use nvmfs::{Fs, FormatOptions, MountOptions, OpenOptions};
 //! use std::io::Write;
-//! Fs::format("/dev/shm/demo.img", &FormatOptions { size_bytes: 64 << 20, inode_count: None })?;
+//! Fs::format("/dev/shm/demo.img", &FormatOptions { size_bytes: 64 << 20, inode_count: None, ..Default::default() })?;
 //! let fs = Fs::mount("/dev/shm/demo.img", &MountOptions::default())?;
 //! fs.create_dir("/docs")?;
 //! let mut f = OpenOptions::new().write(true).create(true).open(&fs, "/docs/hello.txt")?;
@@ -33,3 +33,4 @@ pub use fs::{
 };
 pub use layout::inode::FileType;
 pub use layout::Corrupted;
+pub use mapping::MappingKind;

@@ -217,6 +217,7 @@ fn many_files_reconnected_to_lost_found() {
     let fs = Fs::format_in_memory(&nvmfs::FormatOptions {
         size_bytes: 32 << 20,
         inode_count: Some(4096),
+        ..Default::default()
     })
     .unwrap();
     fs.create_dir("/many").unwrap();

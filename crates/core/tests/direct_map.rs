@@ -335,6 +335,7 @@ fn store_and_sync_survive_unmount_and_mount_of_an_image_file() {
         &FormatOptions {
             size_bytes: 8 << 20,
             inode_count: Some(256),
+            ..Default::default()
         },
     )
     .unwrap();

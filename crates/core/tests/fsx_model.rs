@@ -296,11 +296,21 @@ impl Run {
 }
 
 fn run(seed: u64) {
+    run_on(seed, nvmfs::MappingKind::HashFs);
+}
+
+fn run_on(seed: u64, mapping: nvmfs::MappingKind) {
     let ops: u64 = std::env::var("FSX_OPS")
         .ok()
         .map(|s| s.parse().expect("FSX_OPS"))
         .unwrap_or(100_000);
-    let fs = mem_fs(16, 64);
+    let fs = nvmfs::Fs::format_in_memory(&nvmfs::FormatOptions {
+        size_bytes: 16 << 20,
+        inode_count: Some(64),
+        mapping,
+        layout_score: None,
+    })
+    .unwrap();
     let inos =
         [b"fsx-a".as_slice(), b"fsx-b"].map(|name| fs.create(ROOT, name, 0o644, 0, 0).unwrap().ino);
     let mut run = Run {
@@ -321,7 +331,7 @@ fn run(seed: u64) {
     assert_fsck_clean(&run.fs);
     let [r, w, t, fa, fk, fp, c] = run.counts;
     println!(
-        "fsx_model seed {seed}: {ops} ops, 0 mismatches (read {r}, write {w}, truncate {t}, \
+        "fsx_model {mapping} seed {seed}: {ops} ops, 0 mismatches (read {r}, write {w}, truncate {t}, \
          fallocate {fa}, keep-size {fk}, punch {fp}, crash remounts {c}); sizes {} and {} bytes, \
          {} and {} blocks",
         run.models[0].data.len(),
@@ -345,6 +355,16 @@ fn seed_2() {
 #[test]
 fn seed_3() {
     run(3);
+}
+
+#[test]
+fn seed_1_extent_tree() {
+    run_on(1, nvmfs::MappingKind::Extent);
+}
+
+#[test]
+fn seed_1_radix_tree() {
+    run_on(1, nvmfs::MappingKind::Radix);
 }
 
 /// Reruns the seed in FSX_SEED (does nothing without it).

@@ -5,7 +5,7 @@
 
 mod common;
 
-use nvmfs::{FileType, FormatOptions, Fs, MountOptions, OpenOptions};
+use nvmfs::{FileType, FormatOptions, Fs, MappingKind, MountOptions, OpenOptions};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -413,7 +413,7 @@ fn walk(fs: &Fs, dir: &str, out: &mut Vec<String>) {
     }
 }
 
-fn run(ops: &[Op]) {
+fn run(ops: &[Op], mapping: MappingKind) {
     let dir = tempfile::tempdir_in(shm_or_tmp()).unwrap();
     let image = dir.path().join("model.img");
     Fs::format(
@@ -421,6 +421,8 @@ fn run(ops: &[Op]) {
         &FormatOptions {
             size_bytes: 8 << 20,
             inode_count: Some(256),
+            mapping,
+            layout_score: None,
         },
     )
     .unwrap();
@@ -454,6 +456,21 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 400, max_shrink_iters: 2000, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
     fn nvmfs_matches_model(ops in prop::collection::vec(op(), 1..80)) {
-        run(&ops);
+        run(&ops, MappingKind::HashFs);
+    }
+}
+
+// The same operations and oracle for each tree mapping (fewer cases each: together they run
+// as many sequences as the HashFS test).
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, max_shrink_iters: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn extent_tree_matches_model(ops in prop::collection::vec(op(), 1..80)) {
+        run(&ops, MappingKind::Extent);
+    }
+
+    #[test]
+    fn radix_tree_matches_model(ops in prop::collection::vec(op(), 1..80)) {
+        run(&ops, MappingKind::Radix);
     }
 }

@@ -10,6 +10,7 @@ fn image() -> (tempfile::TempDir, std::path::PathBuf) {
         &FormatOptions {
             size_bytes: 8 << 20,
             inode_count: None,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -163,6 +164,7 @@ fn format_refuses_an_image_larger_than_the_free_space() {
         &FormatOptions {
             size_bytes: size,
             inode_count: None,
+            ..Default::default()
         },
     )
     .unwrap_err();

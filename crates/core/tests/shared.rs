@@ -35,6 +35,7 @@ impl Image {
             &FormatOptions {
                 size_bytes: 64 << 20,
                 inode_count: Some(8192),
+                ..Default::default()
             },
         )
         .unwrap();

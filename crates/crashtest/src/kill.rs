@@ -114,6 +114,7 @@ pub fn cycle(child: &mut Command, image: &Path, seed: u64) -> Result<u64, String
             // the longest delay (62 ms) does not fill it at ~150 operations/ms.
             size_bytes: 256 << 20,
             inode_count: Some(65_536),
+            ..Default::default()
         },
     )
     .map_err(|e| e.to_string())?;

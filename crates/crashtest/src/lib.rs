@@ -9,6 +9,7 @@ pub mod oracle;
 pub mod trace;
 
 use ace::Op;
+pub use nvmfs::MappingKind;
 use oracle::Outcome;
 
 /// Which workloads to run.
@@ -28,9 +29,30 @@ pub struct Workload {
     pub id: String,
     pub ops: Vec<Op>,
     pub depth: oracle::RecoveryDepth,
+    /// The file mapping the image is formatted with.
+    pub mapping: MappingKind,
+    /// Size of the image the workload runs on.
+    pub image_bytes: u64,
 }
 
+/// The workloads of `suite` on HashFS images.
 pub fn workloads(suite: &Suite) -> Vec<Workload> {
+    workloads_for(suite, MappingKind::HashFs)
+}
+
+/// The workloads of `suite` on images formatted with `mapping`.
+pub fn workloads_for(suite: &Suite, mapping: MappingKind) -> Vec<Workload> {
+    let mut list = suite_workloads(suite);
+    for w in &mut list {
+        w.mapping = mapping;
+        if mapping != MappingKind::HashFs {
+            w.id = format!("--mapping {mapping} {}", w.id);
+        }
+    }
+    list
+}
+
+fn suite_workloads(suite: &Suite) -> Vec<Workload> {
     match suite {
         Suite::Seq1 => ace::seq1()
             .into_iter()
@@ -39,6 +61,8 @@ pub fn workloads(suite: &Suite) -> Vec<Workload> {
                 id: format!("--ace seq1 --only {i}"),
                 ops: vec![op],
                 depth: oracle::RecoveryDepth::Every,
+                mapping: MappingKind::HashFs,
+                image_bytes: oracle::IMAGE_BYTES,
             })
             .collect(),
         Suite::Seq2 => ace::seq2()
@@ -48,6 +72,8 @@ pub fn workloads(suite: &Suite) -> Vec<Workload> {
                 id: format!("--ace seq2 --only {i}"),
                 ops,
                 depth: oracle::RecoveryDepth::Every,
+                mapping: MappingKind::HashFs,
+                image_bytes: oracle::IMAGE_BYTES,
             })
             .collect(),
         Suite::Random { count, seed } => (*seed..seed + count)
@@ -55,8 +81,23 @@ pub fn workloads(suite: &Suite) -> Vec<Workload> {
                 id: format!("--random 1 --seed {s}"),
                 ops: ace::random(s, 20),
                 depth: oracle::RecoveryDepth::FirstPerOperation,
+                mapping: MappingKind::HashFs,
+                image_bytes: oracle::IMAGE_BYTES,
             })
             .collect(),
+    }
+}
+
+/// Grows one file to `extents` single-block extents, one sparse write each (every operation
+/// crash-checked), on an image large enough: the extent tree splits its root leaf under the
+/// crash checker after 255 extents, and the radix tree grows a level after 512 blocks.
+pub fn tree_growth(mapping: MappingKind, extents: usize) -> Workload {
+    Workload {
+        id: format!("tree growth: {extents} sparse appends on {mapping}"),
+        ops: vec![Op::Sparse("/bar", 8192, 1); extents],
+        depth: oracle::RecoveryDepth::FirstPerOperation,
+        mapping,
+        image_bytes: 4 << 20,
     }
 }
 
@@ -85,7 +126,7 @@ pub fn run(
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(w) = list.get(i) else { break };
-                let o = oracle::check_workload_with(&w.ops, w.depth);
+                let o = oracle::check_workload_on(&w.ops, w.depth, w.mapping, w.image_bytes);
                 progress(i, &o);
                 let mut t = total.lock().unwrap();
                 t.fences += o.fences;
@@ -118,7 +159,7 @@ pub fn mutation_check(
     use nvmfs::media::mutation;
     mutation::record();
     for w in list {
-        oracle::check_workload(&w.ops);
+        oracle::check_workload_on(&w.ops, w.depth, w.mapping, w.image_bytes);
     }
     let sites = mutation::recorded();
     mutation::skip(None);
@@ -126,7 +167,7 @@ pub fn mutation_check(
     for site in sites {
         mutation::skip(Some(site.clone()));
         let caught_by = list.iter().find_map(|w| {
-            let o = oracle::check_workload(&w.ops);
+            let o = oracle::check_workload_on(&w.ops, w.depth, w.mapping, w.image_bytes);
             o.violations
                 .first()
                 .map(|v| format!("[nvmfs crashtest {}] {v}", w.id))

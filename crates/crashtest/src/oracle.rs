@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use nvmfs::fsck::check_pm;
 use nvmfs::media::Pm;
-use nvmfs::{FileType, Fs, MountOptions};
+use nvmfs::{FileType, Fs, MappingKind, MountOptions};
 
 use crate::ace::{self, Op};
 use crate::trace::{crash_points, Recorder};
@@ -99,10 +99,20 @@ pub fn check_workload(ops: &[Op]) -> Outcome {
 }
 
 pub fn check_workload_with(ops: &[Op], depth: RecoveryDepth) -> Outcome {
+    check_workload_on(ops, depth, MappingKind::HashFs, IMAGE_BYTES)
+}
+
+/// Checks `ops` on an image of `image_bytes` formatted with `mapping`.
+pub fn check_workload_on(
+    ops: &[Op],
+    depth: RecoveryDepth,
+    mapping: MappingKind,
+    image_bytes: u64,
+) -> Outcome {
     let rec = Arc::new(Recorder::default());
-    let mut pm = Pm::in_memory(IMAGE_BYTES);
+    let mut pm = Pm::in_memory(image_bytes);
     pm.set_trace(Some(rec.clone()));
-    let fs = match Fs::format_pm(pm).and_then(|fs| ace::populate(&fs).map(|_| fs)) {
+    let fs = match Fs::format_pm_with(pm, mapping).and_then(|fs| ace::populate(&fs).map(|_| fs)) {
         Ok(fs) => fs,
         Err(e) => {
             return Outcome {

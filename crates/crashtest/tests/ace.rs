@@ -1,9 +1,17 @@
 //! ACE seq-1 in full, a seeded sample of seq-2 and of random sequences: 0 violations.
 
-use nvmfs_crashtest::{run, workloads, Suite};
+use nvmfs_crashtest::{run, workloads_for, MappingKind, Suite};
 
 fn check(suite: Suite, sample: Option<(usize, u64)>) -> nvmfs_crashtest::Summary {
-    let mut list = workloads(&suite);
+    check_on(suite, sample, MappingKind::HashFs)
+}
+
+fn check_on(
+    suite: Suite,
+    sample: Option<(usize, u64)>,
+    mapping: MappingKind,
+) -> nvmfs_crashtest::Summary {
+    let mut list = workloads_for(&suite, mapping);
     if let Some((n, seed)) = sample {
         let mut rng = fastrand::Rng::with_seed(seed);
         rng.shuffle(&mut list);
@@ -18,7 +26,7 @@ fn check(suite: Suite, sample: Option<(usize, u64)>) -> nvmfs_crashtest::Summary
         &s.violations[..s.violations.len().min(5)]
     );
     eprintln!(
-        "{suite:?}: {} workloads, {} fences, {} crash images, 0 violations",
+        "{mapping} {suite:?}: {} workloads, {} fences, {} crash images, 0 violations",
         s.workloads, s.fences, s.images
     );
     s
@@ -28,6 +36,58 @@ fn check(suite: Suite, sample: Option<(usize, u64)>) -> nvmfs_crashtest::Summary
 fn ace_seq1_all() {
     let s = check(Suite::Seq1, None);
     assert_eq!(s.workloads, nvmfs_crashtest::ace::seq1().len());
+}
+
+#[test]
+fn ace_seq1_all_extent_tree() {
+    let s = check_on(Suite::Seq1, None, MappingKind::Extent);
+    assert_eq!(s.workloads, nvmfs_crashtest::ace::seq1().len());
+}
+
+#[test]
+fn ace_seq1_all_radix_tree() {
+    let s = check_on(Suite::Seq1, None, MappingKind::Radix);
+    assert_eq!(s.workloads, nvmfs_crashtest::ace::seq1().len());
+}
+
+#[test]
+fn ace_seq2_sample_tree_mappings() {
+    check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Extent);
+    check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Radix);
+}
+
+/// Random sequences on each tree mapping; `TREE_RANDOM=N` runs N per mapping (default 40).
+#[test]
+fn random_sequences_sample_tree_mappings() {
+    let count = std::env::var("TREE_RANDOM").map_or(40, |v| v.parse().expect("TREE_RANDOM"));
+    check_on(
+        Suite::Random { count, seed: 101 },
+        None,
+        MappingKind::Extent,
+    );
+    check_on(Suite::Random { count, seed: 201 }, None, MappingKind::Radix);
+}
+
+#[test]
+fn tree_growth_under_crashes() {
+    // 270 single-block extents after holes: the extent tree splits its root leaf (255
+    // entries) and the radix tree's file passes 512 blocks (a second level) while crash
+    // images are checked at every fence.
+    let list = vec![
+        nvmfs_crashtest::tree_growth(MappingKind::Extent, 270),
+        nvmfs_crashtest::tree_growth(MappingKind::Radix, 270),
+    ];
+    let s = run(&list, 2, &|_, _| {});
+    assert!(
+        s.violations.is_empty(),
+        "{} violations, first: {:#?}",
+        s.violations.len(),
+        &s.violations[..s.violations.len().min(5)]
+    );
+    eprintln!(
+        "tree growth: {} workloads, {} fences, {} crash images, 0 violations",
+        s.workloads, s.fences, s.images
+    );
 }
 
 #[test]

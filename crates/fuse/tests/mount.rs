@@ -84,6 +84,7 @@ impl Setup {
             &FormatOptions {
                 size_bytes: 64 << 20,
                 inode_count: None,
+                ..Default::default()
             },
         )
         .unwrap();

@@ -135,6 +135,7 @@ pub fn run(cfg: &ScaleConfig, progress: &mut dyn FnMut(&str)) -> io::Result<Scal
         &FormatOptions {
             size_bytes: cfg.image_size_bytes,
             inode_count: Some(inodes),
+            ..Default::default()
         },
     )?;
     let fs = Fs::mount(&image, &MountOptions::default())?;

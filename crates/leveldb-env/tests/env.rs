@@ -155,6 +155,7 @@ fn a_lock_is_held_once_per_mount() {
         Fs::format_in_memory(&FormatOptions {
             size_bytes: 8 << 20,
             inode_count: None,
+            ..Default::default()
         })
         .unwrap(),
     );

@@ -7,7 +7,7 @@
 //! ```no_run
 //! use nvmfs::{FormatOptions, Fs, MountOptions};
 //! use rusqlite::OpenFlags;
-//! Fs::format("/dev/shm/db.img", &FormatOptions { size_bytes: 64 << 20, inode_count: None })?;
+//! Fs::format("/dev/shm/db.img", &FormatOptions { size_bytes: 64 << 20, inode_count: None, ..Default::default() })?;
 //! let fs = Fs::mount("/dev/shm/db.img", &MountOptions::default())?;
 //! fs.create_dir("/data")?;
 //! nvmfs_sqlite::register(fs.clone(), "nvmfs")?;

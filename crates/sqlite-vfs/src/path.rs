@@ -74,6 +74,7 @@ mod tests {
         let fs = Fs::format_in_memory(&FormatOptions {
             size_bytes: 4 << 20,
             inode_count: None,
+            ..Default::default()
         })
         .unwrap();
         fs.create_dir_all("/data/real").unwrap();

@@ -201,6 +201,7 @@ fn registration_rules() {
     let fs2 = nvmfs::Fs::format_in_memory(&nvmfs::FormatOptions {
         size_bytes: 4 << 20,
         inode_count: None,
+        ..Default::default()
     })
     .unwrap();
     let e = nvmfs_sqlite::register(fs2.clone(), "unix").unwrap_err();

@@ -228,7 +228,7 @@ impl Inner {
 
     fn claim_one(&self, ino: u32, lblk: u32) -> io::Result<Claim> {
         self.map
-            .claim(&self.pm, ino, lblk)
+            .claim(&self.pm, &self.journal, ino, lblk)
             .inspect_err(|_| self.map.unreserve(1))
     }
 
@@ -294,10 +294,11 @@ impl Inner {
     /// store with `Uncovered::covered`; until then an unwinding panic unmaps them again.
     fn publish_uncovered<'a>(&'a self, ino: u32, blocks: &'a [NewBlock]) -> Uncovered<'a> {
         for &(c, lblk) in blocks {
-            self.map.publish(&self.pm, c, ino, lblk);
+            self.map.publish(&self.pm, &self.journal, c, ino, lblk);
         }
         Uncovered {
             inner: self,
+            ino,
             blocks,
             armed: true,
         }
@@ -333,8 +334,7 @@ impl Inner {
         for (k, chunk) in chunks.into_iter().enumerate() {
             let mut tx = self.tx();
             for &(c, lblk) in chunk {
-                let (off, v) = self.map.publish_entry(c, ino, lblk);
-                tx.write_with_old(off, &c.undo_value().to_le_bytes(), &v.to_le_bytes());
+                self.map.publish_in(&mut tx, c, ino, lblk);
             }
             i.blocks = i.blocks.saturating_add(chunk.len() as u64);
             if k + 1 == n {
@@ -398,7 +398,7 @@ impl Inner {
             // No fence between the unmapping and the block count: recovery frees strays and
             // recomputes counts, so either order survives a crash (the final fence makes both
             // durable before returning).
-            let freed = self.unmap_from(ino, size.div_ceil(BLOCK_SIZE), old_end);
+            let freed = self.unmap_from(ino, size.div_ceil(BLOCK_SIZE), old_end)?;
             if freed > 0 {
                 i.blocks = i.blocks.saturating_sub(freed);
                 let base = self.geo.inode_off(ino as u64);
@@ -451,7 +451,7 @@ impl Inner {
         self.map.reserve(missing.len() as u64)?;
         let mut claims = Vec::with_capacity(missing.len());
         for (n, &lblk) in missing.iter().enumerate() {
-            match self.map.claim(&self.pm, ino, lblk) {
+            match self.map.claim(&self.pm, &self.journal, ino, lblk) {
                 Ok(c) => {
                     self.pm
                         .zero_nt(self.geo.data_off(c.pblk), BLOCK_SIZE as usize);
@@ -459,8 +459,10 @@ impl Inner {
                 }
                 Err(e) => {
                     self.map.unreserve((missing.len() - n) as u64);
-                    for (c, _) in claims {
-                        self.map.abandon(&self.pm, c);
+                    // Newest first: a tree mapping then always gives back the last block of
+                    // a run it extended.
+                    for (c, lblk) in claims.into_iter().rev() {
+                        self.map.abandon(&self.pm, &self.journal, c, ino, lblk);
                     }
                     return Err(e);
                 }
@@ -505,7 +507,7 @@ impl Inner {
             self.zero_range(ino, i, full_last * BLOCK_SIZE, end, &mut cache);
         }
         let freed = if full_first < full_last {
-            self.unmap_from(ino, full_first, full_last)
+            self.unmap_from(ino, full_first, full_last)?
         } else {
             0
         };
@@ -534,6 +536,7 @@ type NewBlock = (Claim, u32);
 /// its inode's `allowed_blocks`.
 struct Uncovered<'a> {
     inner: &'a Inner,
+    ino: u32,
     blocks: &'a [NewBlock],
     armed: bool,
 }
@@ -551,13 +554,18 @@ impl Drop for Uncovered<'_> {
             return;
         }
         let inner = self.inner;
-        for &(c, _) in self.blocks {
-            let (off, v) = inner.map.unmap_entry(c.pblk);
-            inner.pm.store_u64(off, v);
-            inner.pm.persist(off, 8);
+        let mut freed = 0;
+        for &(_, lblk) in self.blocks {
+            let (from, to) = (lblk as u64, lblk as u64 + 1);
+            // Dropping the tail of a run never needs a new node, so this does not fail; if it
+            // did, the block would stay mapped past EOF, which fsck reports.
+            freed += inner
+                .map
+                .unmap_range(&inner.pm, &inner.journal, self.ino, from, to)
+                .unwrap_or(0);
         }
         inner.pm.fence();
-        inner.map.freed(self.blocks.len() as u64);
+        inner.map.freed(freed);
     }
 }
 

@@ -28,6 +28,8 @@ use crate::layout::superblock::{
 };
 use crate::layout::{corrupted, Corrupted, BLOCK_SIZE};
 use crate::mapping::hashfs::{self, HashFs, SharedWord, UsedCount, RESERVED, TOMBSTONE};
+use crate::mapping::tree::{self, TreeMap};
+use crate::mapping::{extent, radix, FileMap, MappingKind};
 use crate::media::Pm;
 
 /// mkfs parameters.
@@ -37,6 +39,12 @@ pub struct FormatOptions {
     pub size_bytes: u64,
     /// Number of inodes; default one per 16 KiB of image.
     pub inode_count: Option<u64>,
+    /// The file mapping (default HashFS).
+    pub mapping: MappingKind,
+    /// Tree mappings: the layout score (0..=1) the allocator aims at: the share of a file's
+    /// blocks that follow the previous block physically. None: as contiguous as free space
+    /// allows. Neal et al. compare mappings at several layout scores.
+    pub layout_score: Option<f64>,
 }
 
 impl Default for FormatOptions {
@@ -44,6 +52,8 @@ impl Default for FormatOptions {
         FormatOptions {
             size_bytes: 1 << 30,
             inode_count: None,
+            mapping: MappingKind::HashFs,
+            layout_score: None,
         }
     }
 }
@@ -80,9 +90,41 @@ fn uuid() -> [u8; 16] {
     u
 }
 
-/// Writes a fresh file system into `pm` (all zero on entry).
-fn write_fresh(pm: &Pm, geo: &Geometry) {
-    let sb = Superblock::new(geo.clone(), uuid(), now_ns() as u64).encode();
+/// Lays out an image of `blocks` blocks for `opts`, or says why it cannot be made.
+fn plan(blocks: u64, opts: &FormatOptions) -> io::Result<Geometry> {
+    let invalid = |e| io::Error::new(io::ErrorKind::InvalidInput, e);
+    let geo = Geometry::compute(blocks, opts.inode_count).map_err(invalid)?;
+    if opts.mapping.uses_allocator() {
+        tree::check_fits(&geo).map_err(invalid)?;
+    }
+    layout_permille(opts).map_err(invalid)?;
+    Ok(geo)
+}
+
+/// The layout score of `opts` in thousandths, or why it cannot be used.
+fn layout_permille(opts: &FormatOptions) -> Result<Option<u32>, String> {
+    let Some(s) = opts.layout_score else {
+        return Ok(None);
+    };
+    if !opts.mapping.uses_allocator() {
+        return Err(format!(
+            "a layout score needs a mapping with a block allocator (extent or radix), not {}",
+            opts.mapping
+        ));
+    }
+    if !(0.0..=1.0).contains(&s) {
+        return Err(format!("layout score {s} is not between 0 and 1"));
+    }
+    Ok(Some((s * 1000.0).round() as u32))
+}
+
+/// Writes a fresh file system into `pm` (all zero on entry). An all-zero mapping region is an
+/// empty table for every mapping: HashFS's free slots, or the tree mappings' empty bitmap and
+/// root table.
+fn write_fresh(pm: &Pm, geo: &Geometry, opts: &FormatOptions) {
+    let mut sb = Superblock::new(geo.clone(), uuid(), now_ns() as u64).with_mapping(opts.mapping);
+    sb.layout_score_permille = layout_permille(opts).expect("checked by plan");
+    let sb = sb.encode();
     pm.write(PRIMARY_BLOCK * BLOCK_SIZE, &sb);
     pm.write(REPLICA_BLOCK * BLOCK_SIZE, &sb);
     pm.write(STATE_BLOCK * BLOCK_SIZE, &MountState::default().encode());
@@ -135,8 +177,7 @@ impl Fs {
     pub fn format(path: impl AsRef<Path>, opts: &FormatOptions) -> io::Result<()> {
         let path = path.as_ref();
         let blocks = opts.size_bytes / BLOCK_SIZE;
-        let geo = Geometry::compute(blocks, opts.inode_count)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let geo = plan(blocks, opts)?;
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -151,7 +192,7 @@ impl Fs {
         f.set_len(blocks * BLOCK_SIZE)?;
         preallocate(&f, blocks * BLOCK_SIZE)?;
         let pm = Pm::map_file(&f, path, blocks * BLOCK_SIZE, true)?;
-        write_fresh(&pm, &geo);
+        write_fresh(&pm, &geo, opts);
         pm.sync_backing()?;
         unlock_image(&f);
         Ok(())
@@ -179,18 +220,26 @@ impl Fs {
     /// Formats an in-memory image (tests, scratch use) and mounts it.
     pub fn format_in_memory(opts: &FormatOptions) -> io::Result<Fs> {
         let blocks = opts.size_bytes / BLOCK_SIZE;
-        let geo = Geometry::compute(blocks, opts.inode_count)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let geo = plan(blocks, opts)?;
         let pm = Pm::in_memory(blocks * BLOCK_SIZE);
-        write_fresh(&pm, &geo);
+        write_fresh(&pm, &geo, opts);
         Self::mount_pm(pm, &MountOptions::default(), None, None)
     }
 
     /// Formats the zeroed region `pm` (which may carry a persistence tracer) and mounts it.
     pub fn format_pm(pm: Pm) -> io::Result<Fs> {
-        let geo = Geometry::compute(pm.len() / BLOCK_SIZE, None)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        write_fresh(&pm, &geo);
+        Self::format_pm_with(pm, MappingKind::HashFs)
+    }
+
+    /// Formats the zeroed region `pm` with `mapping` and mounts it.
+    pub fn format_pm_with(pm: Pm, mapping: MappingKind) -> io::Result<Fs> {
+        let opts = FormatOptions {
+            size_bytes: pm.len(),
+            mapping,
+            ..Default::default()
+        };
+        let geo = plan(pm.len() / BLOCK_SIZE, &opts)?;
+        write_fresh(&pm, &geo, &opts);
         Self::mount_pm(pm, &MountOptions::default(), None, None)
     }
 
@@ -234,12 +283,26 @@ impl Fs {
                 "image has read-only-compatible features this build lacks; mount read-only",
             ));
         }
+        if shared.is_some() && sb.mapping != MappingKind::HashFs {
+            // The block allocator's free index is private to a process; only HashFS keeps
+            // all of its allocation state in the image and one shared counter.
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "image uses the {} mapping: shared (multi-process) mounts need hashfs",
+                    sb.mapping
+                ),
+            ));
+        }
         if let Some(parts) = shared.as_ref().filter(|p| !p.first) {
             let inner = Inner::assemble(
                 pm,
                 geo.clone(),
                 sb,
-                HashFs::with_count(&geo, UsedCount::Shared(parts.used.clone_word())),
+                Box::new(HashFs::with_count(
+                    &geo,
+                    UsedCount::Shared(parts.used.clone_word()),
+                )),
                 InodeAlloc::unscanned(geo.inode_count),
                 opts,
                 path,
@@ -267,21 +330,11 @@ impl Fs {
             replay_journal(&pm, &geo, &mut report).map_err(corrupt_to_io)?;
         }
         let scan = scan_inodes(&pm, &geo).map_err(corrupt_to_io)?;
-        let used = if opts.read_only {
-            count_used(&pm, &geo)
+        let map = if sb.mapping == MappingKind::HashFs {
+            open_hashfs(&pm, &geo, opts, unclean, shared.as_ref(), &mut report)
         } else {
-            repair_table(&pm, &geo, unclean, &mut report)
-        };
-        if !opts.read_only {
-            report.tombstones_compacted = hashfs::compact_tombstones(&pm, &geo);
-        }
-        let map = match &shared {
-            Some(parts) => {
-                let count = UsedCount::Shared(parts.used.clone_word());
-                count.store(used, Ordering::Release);
-                HashFs::with_count(&geo, count)
-            }
-            None => HashFs::new(&geo, used),
+            let recover = unclean && !opts.read_only;
+            open_tree(&pm, &geo, &sb, recover, &mut report).map_err(corrupt_to_io)?
         };
         let mut inner = Inner::assemble(
             pm,
@@ -591,6 +644,60 @@ pub(crate) fn scan_inodes(pm: &Pm, geo: &Geometry) -> Result<InodeScan, Corrupte
     Ok(scan)
 }
 
+/// The HashFS table of a mount: its used count, after the repairs an unclean shutdown needs.
+fn open_hashfs(
+    pm: &Pm,
+    geo: &Geometry,
+    opts: &MountOptions,
+    unclean: bool,
+    shared: Option<&SharedParts>,
+    report: &mut RecoveryReport,
+) -> Box<dyn FileMap> {
+    let used = if opts.read_only {
+        count_used(pm, geo)
+    } else {
+        repair_table(pm, geo, unclean, report)
+    };
+    if !opts.read_only {
+        report.tombstones_compacted = hashfs::compact_tombstones(pm, geo);
+    }
+    Box::new(match shared {
+        Some(parts) => {
+            let count = UsedCount::Shared(parts.used.clone_word());
+            count.store(used, Ordering::Release);
+            HashFs::with_count(geo, count)
+        }
+        None => HashFs::new(geo, used),
+    })
+}
+
+/// A tree mapping and its allocator, recovered first after an unclean shutdown.
+fn open_tree(
+    pm: &Pm,
+    geo: &Geometry,
+    sb: &Superblock,
+    recover: bool,
+    report: &mut RecoveryReport,
+) -> Result<Box<dyn FileMap>, Corrupted> {
+    let scatter = |a: crate::mapping::balloc::BlockAlloc| {
+        a.aim_layout_score(sb.layout_score_permille);
+        a
+    };
+    Ok(match sb.mapping {
+        MappingKind::Extent => {
+            let t = extent::Extent::new();
+            let alloc = scatter(tree::recover(&t, pm, geo, recover, report)?);
+            Box::new(TreeMap::new(t, geo, alloc))
+        }
+        MappingKind::Radix => {
+            let t = radix::Radix;
+            let alloc = scatter(tree::recover(&t, pm, geo, recover, report)?);
+            Box::new(TreeMap::new(t, geo, alloc))
+        }
+        MappingKind::HashFs => unreachable!("HashFS is opened by open_hashfs"),
+    })
+}
+
 fn count_used(pm: &Pm, geo: &Geometry) -> u64 {
     (0..geo.data_blocks)
         .filter(|&s| pm.load_u64(geo.slot_off(s)) > TOMBSTONE)
@@ -655,7 +762,7 @@ pub(crate) fn repair_table(
     used
 }
 
-fn fix_block_counts(
+pub(crate) fn fix_block_counts(
     pm: &Pm,
     geo: &Geometry,
     counts: &hashbrown::HashMap<u32, u64>,
@@ -716,7 +823,7 @@ impl Inner {
         pm: Pm,
         geo: Geometry,
         sb: Superblock,
-        map: HashFs,
+        map: Box<dyn FileMap>,
         inodes: InodeAlloc,
         opts: &MountOptions,
         path: Option<PathBuf>,
@@ -724,7 +831,7 @@ impl Inner {
         peers: Option<Arc<dyn Peers>>,
     ) -> Inner {
         Inner {
-            map: Box::new(map),
+            map,
             journal: Journal::new(&geo),
             inodes,
             stripes: Stripes::default(),

@@ -103,6 +103,8 @@ impl Staged {
 pub(crate) struct Insert {
     pub(crate) plan: InsertPlan,
     pub(crate) claim: Option<Claim>,
+    /// The directory the claim is for.
+    pub(crate) dir: u32,
 }
 
 impl Inner {
@@ -119,18 +121,18 @@ impl Inner {
                 self.map.reserve(1)?;
                 Some(
                     self.map
-                        .claim(&self.pm, dir, lblk)
+                        .claim(&self.pm, &self.journal, dir, lblk)
                         .inspect_err(|_| self.map.unreserve(1))?,
                 )
             }
             None => None,
         };
-        Ok(Insert { plan, claim })
+        Ok(Insert { plan, claim, dir })
     }
 
     pub(crate) fn abandon(&self, ins: &Insert) {
-        if let Some(c) = ins.claim {
-            self.map.abandon(&self.pm, c);
+        if let (Some(c), Some(lblk)) = (ins.claim, ins.plan.new_block) {
+            self.map.abandon(&self.pm, &self.journal, c, ins.dir, lblk);
         }
     }
 
@@ -153,8 +155,7 @@ impl Inner {
             let mut block = vec![0u8; BLOCK_SIZE as usize];
             block[..units.len()].copy_from_slice(&units);
             tx.fresh(self.geo.data_off(c.pblk), &block);
-            let (off, v) = self.map.publish_entry(c, dir, lblk);
-            tx.write_with_old(off, &c.undo_value().to_le_bytes(), &v.to_le_bytes());
+            self.map.publish_in(tx, c, dir, lblk);
         } else {
             let off = idx.unit_off(&self.geo, ins.plan.unit);
             tx.fresh(off + 8, &units[8..]);
@@ -203,7 +204,7 @@ impl Inner {
             Some(_) => match self
                 .map
                 .reserve(1)
-                .and_then(|_| self.map.claim(&self.pm, ino, 0))
+                .and_then(|_| self.map.claim(&self.pm, &self.journal, ino, 0))
             {
                 Ok(c) => Some(c),
                 Err(e) => {
@@ -228,7 +229,7 @@ impl Inner {
             Err(e) => {
                 self.abandon(&ins);
                 if let Some(c) = link_claim {
-                    self.map.abandon(&self.pm, c);
+                    self.map.abandon(&self.pm, &self.journal, c, ino, 0);
                 }
                 self.inodes.free(ino);
                 return Err(e);
@@ -245,8 +246,7 @@ impl Inner {
             match link_claim {
                 Some(c) => {
                     tx.fresh(self.geo.data_off(c.pblk), t);
-                    let (off, v) = self.map.publish_entry(c, ino, 0);
-                    tx.write_with_old(off, &c.undo_value().to_le_bytes(), &v.to_le_bytes());
+                    self.map.publish_in(&mut tx, c, ino, 0);
                     new.blocks = 1;
                 }
                 None => new.inline[..t.len()].copy_from_slice(t),
@@ -384,7 +384,13 @@ impl Inner {
         // one atomic store frees the record.
         self.pm.store_u64(off, 0);
         self.pm.persist(off, 8);
-        let freed = self.unmap_from(ino, 0, super::mount::allowed_blocks(&i));
+        // Dropping every mapping needs no new node, so this cannot fail for want of space.
+        let freed = self.map.unmap_all(
+            &self.pm,
+            &self.journal,
+            ino,
+            super::mount::allowed_blocks(&i),
+        )?;
         self.pm.fence();
         self.map.freed(freed);
         self.dirs.remove(ino);
@@ -392,35 +398,10 @@ impl Inner {
         Ok(())
     }
 
-    /// Unmaps the blocks of `ino` in [from, to) (written back, not fenced); returns how many.
-    pub(crate) fn unmap_from(&self, ino: u32, from: u64, to: u64) -> u64 {
-        let mut freed = 0;
-        let mut unmap = |pblk: u64| {
-            let (off, v) = self.map.unmap_entry(pblk);
-            self.pm.store_u64(off, v);
-            self.pm.persist(off, 8);
-            freed += 1;
-        };
-        // For a large range one pass over the table beats a probe per logical block: probes
-        // for holes are misses, and a miss walks to the next free slot, which in a nearly
-        // full (or tombstone-heavy) table can be far away.
-        if to.saturating_sub(from) > self.geo.data_blocks / 32 {
-            for s in 0..self.geo.data_blocks {
-                let v = self.pm.load_u64(self.geo.slot_off(s));
-                if let Some((i, l)) = crate::mapping::hashfs::split_key(v) {
-                    if i == ino && (l as u64) >= from && (l as u64) < to {
-                        unmap(s);
-                    }
-                }
-            }
-        } else {
-            for lblk in from..to {
-                if let Some(p) = self.map.lookup(&self.pm, ino, lblk as u32) {
-                    unmap(p);
-                }
-            }
-        }
-        freed
+    /// Unmaps the blocks of `ino` in [from, to) (written back, maybe not fenced); returns how
+    /// many. See `FileMap::unmap_range`.
+    pub(crate) fn unmap_from(&self, ino: u32, from: u64, to: u64) -> io::Result<u64> {
+        self.map.unmap_range(&self.pm, &self.journal, ino, from, to)
     }
 }
 

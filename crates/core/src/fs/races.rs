@@ -21,6 +21,7 @@ fn fresh() -> Fs {
     Fs::format_in_memory(&FormatOptions {
         size_bytes: 16 << 20,
         inode_count: None,
+        ..Default::default()
     })
     .unwrap()
 }
@@ -290,6 +291,7 @@ fn image_file() -> (tempfile::TempDir, std::path::PathBuf) {
         &FormatOptions {
             size_bytes: 16 << 20,
             inode_count: None,
+            ..Default::default()
         },
     )
     .unwrap();

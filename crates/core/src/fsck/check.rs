@@ -12,7 +12,8 @@ use crate::layout::state::{MountState, STATE_CLEAN, STATE_LEN};
 use crate::layout::superblock::{Geometry, Superblock, REPLICA_BLOCK, ROOT_INO, STATE_BLOCK};
 use crate::layout::BLOCK_SIZE;
 use crate::mapping::hashfs::{self, HashFs, RESERVED};
-use crate::mapping::FileMap;
+use crate::mapping::tree::{self, BlockTree, Reach};
+use crate::mapping::{balloc, extent, open_view, radix, FileMap, MappingKind};
 use crate::media::Pm;
 
 /// Checks the image in `pm`, which it may write (recovery runs on it).
@@ -21,9 +22,10 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
     if pm.len() < 3 * BLOCK_SIZE {
         return super::too_small(pm.len());
     }
-    let Some(geo) = check_superblocks(pm, &mut r) else {
+    let Some(sb) = check_superblocks(pm, &mut r) else {
         return r;
     };
+    let geo = sb.geo.clone();
     let state = MountState::decode(&pm.read_vec(STATE_BLOCK * BLOCK_SIZE, STATE_LEN));
     let unclean = state.as_ref().is_none_or(|s| s.state != STATE_CLEAN);
     if state.is_none() {
@@ -54,9 +56,16 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
         ));
     }
     let inodes = check_inodes(pm, &geo, &mut r);
-    let counts = check_table(pm, &geo, &inodes, unclean, &mut r);
+    let counts = match sb.mapping {
+        MappingKind::HashFs => check_table(pm, &geo, &inodes, unclean, &mut r),
+        MappingKind::Extent => {
+            check_trees(&extent::Extent::new(), pm, &geo, &inodes, unclean, &mut r)
+        }
+        MappingKind::Radix => check_trees(&radix::Radix, pm, &geo, &inodes, unclean, &mut r),
+    };
     check_block_counts(&geo, &inodes, &counts, unclean, &mut r);
-    check_tree(pm, &geo, &inodes, unclean, &mut r);
+    let map = open_view(sb.mapping, &geo);
+    check_tree(pm, &geo, map.as_ref(), &inodes, unclean, &mut r);
     r
 }
 
@@ -85,7 +94,7 @@ fn check_journal(pm: &Pm, geo: &Geometry, r: &mut FsckReport) -> RecoveryReport 
     rep
 }
 
-fn check_superblocks(pm: &Pm, r: &mut FsckReport) -> Option<Geometry> {
+fn check_superblocks(pm: &Pm, r: &mut FsckReport) -> Option<Superblock> {
     let (sb, used_replica) = match read_superblock(pm) {
         Ok(x) => x,
         Err(e) => {
@@ -118,7 +127,7 @@ fn check_superblocks(pm: &Pm, r: &mut FsckReport) -> Option<Geometry> {
         );
         return None;
     }
-    Some(sb.geo)
+    Some(sb)
 }
 
 /// Valid in-use inodes by number (None: free or damaged, the latter reported).
@@ -240,6 +249,88 @@ fn check_table(
     counts
 }
 
+/// Walks every tree of a tree mapping (validating each node), the bitmap against what the
+/// trees reach, and who owns each mapping; returns mapped-block counts per inode.
+fn check_trees<T: BlockTree>(
+    t: &T,
+    pm: &Pm,
+    geo: &Geometry,
+    inodes: &[Option<Inode>],
+    unclean: bool,
+    r: &mut FsckReport,
+) -> Vec<u64> {
+    let (mut stray, mut pending, mut bad) = (0u64, 0u64, Vec::new());
+    for ino in 1..geo.inode_count as u32 {
+        let off = tree::root_off(geo, ino);
+        let free =
+            Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(geo.inode_off(ino as u64)))
+                .is_free();
+        if free && pm.load_u64(off) != 0 {
+            if unclean {
+                stray += 1;
+            } else {
+                r.problem(
+                    format!("{} root of free inode {ino} is not empty", T::KIND),
+                    off,
+                );
+            }
+        }
+    }
+    let c = tree::census(
+        t,
+        pm,
+        geo,
+        &mut |ino, e| bad.push((ino, e)),
+        &mut |ino, reach| {
+            let Reach::Data {
+                lblk, pending: p, ..
+            } = reach
+            else {
+                return;
+            };
+            let owner = inodes[ino as usize].as_ref();
+            if p {
+                pending += 1;
+            } else if owner.is_none_or(|i| lblk >= allowed_blocks(i)) {
+                stray += 1;
+            }
+        },
+    );
+    for (ino, e) in bad {
+        r.problem(
+            format!("{} tree of inode {ino}: {}", T::KIND, e.what),
+            e.offset,
+        );
+    }
+    let recovery = |what: String, r: &mut FsckReport| {
+        if unclean {
+            r.recovery.push(what);
+        } else {
+            r.problem(what, balloc::bitmap_off(geo));
+        }
+    };
+    if pending > 0 {
+        recovery(
+            format!("{pending} block(s) claimed by operations in flight"),
+            r,
+        );
+    }
+    if stray > 0 {
+        recovery(format!("{stray} mapping(s) past EOF or of freed inodes"), r);
+    }
+    let differ = (0..geo.data_blocks)
+        .filter(|&b| balloc::bit(pm, geo, b) != c.used[b as usize])
+        .count();
+    if differ > 0 {
+        recovery(
+            format!("block bitmap differs from the blocks the trees reach in {differ} block(s)"),
+            r,
+        );
+    }
+    r.blocks_in_use += c.used.iter().filter(|&&u| u).count() as u64;
+    c.counts
+}
+
 fn check_block_counts(
     geo: &Geometry,
     inodes: &[Option<Inode>],
@@ -274,11 +365,11 @@ fn check_block_counts(
 fn check_tree(
     pm: &Pm,
     geo: &Geometry,
+    table: &dyn FileMap,
     inodes: &[Option<Inode>],
     unclean: bool,
     r: &mut FsckReport,
 ) {
-    let table = HashFs::new(geo, 0);
     let mut refs = vec![0u32; inodes.len()];
     let mut children: Vec<Vec<u32>> = vec![Vec::new(); inodes.len()];
     for (ino, i) in inodes.iter().enumerate() {
@@ -302,7 +393,7 @@ fn check_tree(
             continue;
         }
         r.directories += 1;
-        let kids = check_dir(pm, geo, &table, ino as u32, i, inodes, r);
+        let kids = check_dir(pm, geo, table, ino as u32, i, inodes, r);
         for &c in &kids {
             refs[c as usize] += 1;
         }
@@ -315,7 +406,7 @@ fn check_tree(
 fn check_dir(
     pm: &Pm,
     geo: &Geometry,
-    table: &HashFs,
+    table: &dyn FileMap,
     ino: u32,
     i: &Inode,
     inodes: &[Option<Inode>],

@@ -60,6 +60,18 @@ const MAX_PASSES: usize = 3;
 const LOST_FOUND: &[u8] = b"lost+found";
 
 pub(super) fn run(pm: &Pm, report: &mut RepairReport, recheck: &mut dyn FnMut() -> FsckReport) {
+    // The repairs below know HashFS's table; a tree mapping's region would be wrecked by them.
+    if let Ok((sb, _)) = crate::fs::mount::read_superblock(pm) {
+        if sb.mapping != crate::mapping::MappingKind::HashFs {
+            report.unrepairable = Some(format!(
+                "repair of {} images is not implemented; a read-write mount runs crash \
+                 recovery, other damage is reported only",
+                sb.mapping
+            ));
+            report.after = report.before.clone();
+            return;
+        }
+    }
     for _ in 0..MAX_PASSES {
         let before = report.repairs.len();
         if let Err(msg) = repair_once(pm, &mut report.repairs) {

@@ -3,11 +3,16 @@
 
 use super::{corrupted, get_u32, get_u64, put_u32, put_u64, Corrupted, BLOCK_SIZE};
 use crate::layout::inode::INODE_SIZE;
+use crate::mapping::MappingKind;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NVMFS\0PM");
 pub const VERSION: u32 = 1;
-/// Feature bits this version understands. None are defined yet.
-pub const INCOMPAT_KNOWN: u64 = 0;
+/// Incompatible feature: the file mapping is not HashFS; field `mapping` says which. An image
+/// without it (every image before this feature) is HashFS, and a build that does not know the
+/// feature refuses the image instead of reading a tree region as a hash table.
+pub const INCOMPAT_MAPPING: u64 = 1;
+/// Feature bits this version understands.
+pub const INCOMPAT_KNOWN: u64 = INCOMPAT_MAPPING;
 pub const RO_COMPAT_KNOWN: u64 = 0;
 
 pub const PRIMARY_BLOCK: u64 = 0;
@@ -47,6 +52,8 @@ const O_ROOT_INO: usize = 112;
 const O_UUID: usize = 120;
 const O_CREATED_NS: usize = 136;
 const O_INODE_SIZE: usize = 144;
+const O_MAPPING: usize = 148;
+const O_LAYOUT_SCORE: usize = 152;
 const O_CHECKSUM: usize = 4092;
 
 /// Where everything is, in blocks. Derived from the image size at mkfs, then read back from
@@ -204,6 +211,11 @@ pub struct Superblock {
     pub geo: Geometry,
     pub uuid: [u8; 16],
     pub created_ns: u64,
+    /// The file mapping (`hashfs` unless INCOMPAT_MAPPING is set).
+    pub mapping: MappingKind,
+    /// Tree mappings: the layout score the allocator aims at, in thousandths (mkfs
+    /// `--layout-score`); None: allocate as contiguously as free space allows.
+    pub layout_score_permille: Option<u32>,
 }
 
 impl Superblock {
@@ -216,7 +228,20 @@ impl Superblock {
             geo,
             uuid,
             created_ns,
+            mapping: MappingKind::HashFs,
+            layout_score_permille: None,
         }
+    }
+
+    /// The superblock of an image using `mapping`.
+    pub fn with_mapping(mut self, mapping: MappingKind) -> Self {
+        self.mapping = mapping;
+        if mapping == MappingKind::HashFs {
+            self.incompat &= !INCOMPAT_MAPPING;
+        } else {
+            self.incompat |= INCOMPAT_MAPPING;
+        }
+        self
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -242,6 +267,13 @@ impl Superblock {
         b[O_UUID..O_UUID + 16].copy_from_slice(&self.uuid);
         put_u64(&mut b, O_CREATED_NS, self.created_ns);
         put_u32(&mut b, O_INODE_SIZE, INODE_SIZE as u32);
+        put_u32(&mut b, O_MAPPING, self.mapping.code());
+        // Stored plus one, so that 0 (every older image) means "not set".
+        put_u32(
+            &mut b,
+            O_LAYOUT_SCORE,
+            self.layout_score_permille.map_or(0, |p| p + 1),
+        );
         let crc = crc32c::crc32c(&b[..O_CHECKSUM]);
         put_u32(&mut b, O_CHECKSUM, crc);
         b
@@ -290,6 +322,15 @@ impl Superblock {
             data_blocks: get_u64(b, O_DATA_BLOCKS),
         };
         geo.validate(offset)?;
+        let mapping = decode_mapping(b, incompat).map_err(|w| bad(&w))?;
+        if mapping.uses_allocator() {
+            crate::mapping::tree::check_fits(&geo).map_err(|w| bad(&w))?;
+        }
+        let layout_score_permille = match get_u32(b, O_LAYOUT_SCORE) {
+            0 => None,
+            v if v <= 1001 && mapping.uses_allocator() => Some(v - 1),
+            v => return Err(bad(&format!("layout score field {v} (mapping {mapping})"))),
+        };
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[O_UUID..O_UUID + 16]);
         Ok(Superblock {
@@ -300,12 +341,31 @@ impl Superblock {
             geo,
             uuid,
             created_ns: get_u64(b, O_CREATED_NS),
+            mapping,
+            layout_score_permille,
         })
     }
 
     /// True when the image is mountable read-write by this build.
     pub fn writable(&self) -> bool {
         self.ro_compat & !RO_COMPAT_KNOWN == 0
+    }
+}
+
+/// The mapping field, which must be 0 (HashFS) without INCOMPAT_MAPPING and a known other
+/// mapping with it.
+fn decode_mapping(b: &[u8], incompat: u64) -> Result<MappingKind, String> {
+    let code = get_u32(b, O_MAPPING);
+    match (
+        incompat & INCOMPAT_MAPPING != 0,
+        MappingKind::from_code(code),
+    ) {
+        (false, Some(MappingKind::HashFs)) => Ok(MappingKind::HashFs),
+        (true, Some(k)) if k != MappingKind::HashFs => Ok(k),
+        (flag, _) => Err(format!(
+            "mapping field {code} does not agree with the mapping feature bit ({})",
+            if flag { "set" } else { "clear" }
+        )),
     }
 }
 
@@ -337,6 +397,34 @@ mod tests {
                 "flip at byte {byte} not caught"
             );
         }
+    }
+
+    #[test]
+    fn mapping_roundtrips_and_old_images_are_hashfs() {
+        let g = Geometry::compute(4096, None).unwrap();
+        for k in MappingKind::ALL {
+            let sb = Superblock::new(g.clone(), [3; 16], 9).with_mapping(k);
+            let d = Superblock::decode(&sb.encode(), 0).unwrap();
+            assert_eq!(d.mapping, k);
+            assert_eq!(d.incompat & INCOMPAT_MAPPING != 0, k != MappingKind::HashFs);
+        }
+        // A hashfs superblock is byte for byte what images before the feature carried.
+        let old = Superblock::new(g.clone(), [3; 16], 9).encode();
+        assert_eq!(get_u32(&old, O_MAPPING), 0);
+        assert_eq!(get_u64(&old, O_INCOMPAT), 0);
+        // A mapping code without the feature bit (or an unknown code) is refused.
+        let mut b = old.clone();
+        put_u32(&mut b, O_MAPPING, 2);
+        let crc = crc32c::crc32c(&b[..O_CHECKSUM]);
+        put_u32(&mut b, O_CHECKSUM, crc);
+        assert!(Superblock::decode(&b, 0).is_err());
+        let mut b = Superblock::new(g, [3; 16], 9)
+            .with_mapping(MappingKind::Radix)
+            .encode();
+        put_u32(&mut b, O_MAPPING, 77);
+        let crc = crc32c::crc32c(&b[..O_CHECKSUM]);
+        put_u32(&mut b, O_CHECKSUM, crc);
+        assert!(Superblock::decode(&b, 0).is_err());
     }
 
     #[test]

@@ -9,13 +9,19 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Claim, FileMap};
+use super::{Claim, FileMap, MappingKind};
+use crate::journal::{Journal, Tx};
 use crate::layout::superblock::Geometry;
 use crate::media::Pm;
 
 pub const FREE: u64 = 0;
 pub const TOMBSTONE: u64 = 1;
 pub const RESERVED: u64 = 2;
+/// What an abandoned or rolled-back claim leaves in its slot. Never "free": while the slot
+/// was claimed, other keys may have been placed past it, and a free slot would end their
+/// probe chains early. A tombstone keeps them reachable (mount compaction turns chain-ending
+/// tombstones back into free slots).
+const UNDO: u64 = TOMBSTONE;
 /// Logical blocks that share a home group (see `home`).
 const RUN: u64 = 16;
 
@@ -143,8 +149,8 @@ impl HashFs {
 }
 
 impl FileMap for HashFs {
-    fn name(&self) -> &'static str {
-        "hashfs"
+    fn kind(&self) -> MappingKind {
+        MappingKind::HashFs
     }
 
     #[inline]
@@ -193,7 +199,7 @@ impl FileMap for HashFs {
         self.used.fetch_sub(count, Ordering::AcqRel);
     }
 
-    fn claim(&self, pm: &Pm, ino: u32, lblk: u32) -> io::Result<Claim> {
+    fn claim(&self, pm: &Pm, _journal: &Journal, ino: u32, lblk: u32) -> io::Result<Claim> {
         let mut slot = self.home(key(ino, lblk));
         for _ in 0..self.slots {
             let off = self.slot_off(slot);
@@ -210,17 +216,63 @@ impl FileMap for HashFs {
         Err(io::Error::other("hash table full despite a reservation"))
     }
 
-    fn abandon(&self, pm: &Pm, claim: Claim) {
-        pm.store_u64(self.slot_off(claim.pblk), claim.undo_value());
+    fn abandon(&self, pm: &Pm, _journal: &Journal, claim: Claim, _ino: u32, _lblk: u32) {
+        pm.store_u64(self.slot_off(claim.pblk), UNDO);
         self.unreserve(1);
     }
 
-    fn publish_entry(&self, claim: Claim, ino: u32, lblk: u32) -> (u64, u64) {
-        (self.slot_off(claim.pblk), key(ino, lblk))
+    fn publish_in(&self, tx: &mut Tx<'_>, claim: Claim, ino: u32, lblk: u32) {
+        // The slot holds RESERVED now; the undo value is what an abandoned claim leaves.
+        let off = self.slot_off(claim.pblk);
+        tx.write_with_old(off, &UNDO.to_le_bytes(), &key(ino, lblk).to_le_bytes());
     }
 
-    fn unmap_entry(&self, pblk: u64) -> (u64, u64) {
-        (self.slot_off(pblk), TOMBSTONE)
+    fn publish(&self, pm: &Pm, _journal: &Journal, claim: Claim, ino: u32, lblk: u32) {
+        let off = self.slot_off(claim.pblk);
+        pm.store_u64(off, key(ino, lblk));
+        pm.persist(off, 8);
+    }
+
+    fn unmap_range(
+        &self,
+        pm: &Pm,
+        _journal: &Journal,
+        ino: u32,
+        from: u64,
+        to: u64,
+    ) -> io::Result<u64> {
+        let mut freed = 0;
+        let mut unmap = |pblk: u64| {
+            let off = self.slot_off(pblk);
+            pm.store_u64(off, TOMBSTONE);
+            pm.persist(off, 8);
+            freed += 1;
+        };
+        // For a large range one pass over the table beats a probe per logical block: probes
+        // for holes are misses, and a miss walks to the next free slot, which in a nearly
+        // full (or tombstone-heavy) table can be far away.
+        if to.saturating_sub(from) > self.slots / 32 {
+            for s in 0..self.slots {
+                if let Some((i, l)) = split_key(pm.load_u64(self.slot_off(s))) {
+                    if i == ino && (l as u64) >= from && (l as u64) < to {
+                        unmap(s);
+                    }
+                }
+            }
+        } else {
+            for lblk in from..to.min(1 << 32) {
+                if let Some(p) = self.lookup(pm, ino, lblk as u32) {
+                    unmap(p);
+                }
+            }
+        }
+        Ok(freed)
+    }
+
+    /// Probes only [0, `allowed`): the table holds nothing else for `ino`, and a probe per
+    /// block beats a pass over the whole table for a small file.
+    fn unmap_all(&self, pm: &Pm, journal: &Journal, ino: u32, allowed: u64) -> io::Result<u64> {
+        self.unmap_range(pm, journal, ino, 0, allowed)
     }
 
     fn freed(&self, count: u64) {
@@ -280,9 +332,11 @@ mod tests {
     }
 
     fn map(h: &HashFs, pm: &Pm, ino: u32, lblk: u32) -> u64 {
+        let geo = Geometry::compute(pm.len() / BLOCK_SIZE, Some(64)).unwrap();
+        let j = Journal::new(&geo);
         h.reserve(1).unwrap();
-        let c = h.claim(pm, ino, lblk).unwrap();
-        h.publish(pm, c, ino, lblk);
+        let c = h.claim(pm, &j, ino, lblk).unwrap();
+        h.publish(pm, &j, c, ino, lblk);
         c.pblk
     }
 
@@ -298,9 +352,8 @@ mod tests {
             assert_eq!(h.lookup(&pm, 3, lblk), Some(p));
         }
         assert_eq!(h.lookup(&pm, 4, 0), None);
-        let p = h.lookup(&pm, 3, 10).unwrap();
-        let (off, v) = h.unmap_entry(p);
-        pm.store_u64(off, v);
+        let j = Journal::new(&_geo);
+        assert_eq!(h.unmap_range(&pm, &j, 3, 10, 11).unwrap(), 1);
         h.freed(1);
         assert_eq!(h.lookup(&pm, 3, 10), None);
         // Chains through the tombstone still resolve.

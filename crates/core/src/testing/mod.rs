@@ -88,9 +88,16 @@ pub fn known_image() -> Known {
 /// [`known_image`] on an image of `size_bytes` with `inodes` inodes (the fuzz targets use a
 /// smaller one, so that each input mutates a larger share of it).
 pub fn known_image_sized(size_bytes: u64, inodes: u64) -> Known {
+    known_image_with(size_bytes, inodes, crate::MappingKind::HashFs)
+}
+
+/// [`known_image_sized`] formatted with `mapping`.
+pub fn known_image_with(size_bytes: u64, inodes: u64, mapping: crate::MappingKind) -> Known {
     let fs = Fs::format_in_memory(&FormatOptions {
         size_bytes,
         inode_count: Some(inodes),
+        mapping,
+        layout_score: None,
     })
     .expect("format the known image");
     populate(&fs).expect("populate the known image");

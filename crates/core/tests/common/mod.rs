@@ -9,6 +9,7 @@ pub fn mem_fs(size_mb: u64, inodes: u64) -> Fs {
     Fs::format_in_memory(&FormatOptions {
         size_bytes: size_mb << 20,
         inode_count: Some(inodes),
+        ..Default::default()
     })
     .unwrap()
 }

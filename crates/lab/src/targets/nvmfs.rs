@@ -207,6 +207,7 @@ pub(crate) fn format_scratch(
     let opts = FormatOptions {
         size_bytes,
         inode_count: Some(inode_count),
+        ..Default::default()
     };
     Fs::format(image.path(), &opts)
         .map_err(|e| annotate(e, "cannot format nvmfs image", image.path()))?;

@@ -21,6 +21,7 @@ impl Image {
         let opts = FormatOptions {
             size_bytes: mib << 20,
             inode_count: None,
+            ..Default::default()
         };
         Fs::format(&path, &opts).unwrap();
         Image { _dir: dir, path }

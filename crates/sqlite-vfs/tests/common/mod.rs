@@ -42,6 +42,7 @@ impl Image {
         let opts = FormatOptions {
             size_bytes: mib << 20,
             inode_count: None,
+            ..Default::default()
         };
         Fs::format(&path, &opts).unwrap();
         let fs = Fs::mount(&path, &MountOptions::default()).unwrap();

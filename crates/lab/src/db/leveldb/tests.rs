@@ -40,6 +40,7 @@ fn image(dir: &TempDir) -> Arc<Fs> {
     let opts = FormatOptions {
         size_bytes: 64 << 20,
         inode_count: None,
+        ..Default::default()
     };
     Fs::format(&path, &opts).unwrap();
     Arc::new(Fs::mount(&path, &MountOptions::default()).unwrap())
@@ -369,6 +370,7 @@ fn bad_requests_are_refused_with_clear_errors() {
         Fs::format_in_memory(&FormatOptions {
             size_bytes: 16 << 20,
             inode_count: None,
+            ..Default::default()
         })
         .unwrap(),
     );
