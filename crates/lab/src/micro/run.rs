@@ -12,7 +12,7 @@ use super::report::{Record, TargetKind};
 use super::session::NO_FSYNC_NOTE;
 use super::{MicroConfig, Params, TargetSpec};
 pub use crate::targets::preload::RUN_PREFIX;
-use crate::targets::preload::{tail_lines, PreloadChild};
+use crate::targets::preload::{run_args, shell_line, tail_lines, PreloadChild};
 use crate::targets::sys::{annotate, ScratchFile};
 use std::ffi::OsString;
 use std::io;
@@ -43,13 +43,8 @@ pub fn run_target(
     let json = ScratchFile::claim(cfg.shm_dir.join(format!("nvmfs-bench-{pid}-run.json")))?;
     let args = child_args(cfg, params, json.path());
     progress(&format!(
-        "[{label}] {bin} run --image {image} --prefix {RUN_PREFIX} -- {bin} {}",
-        args.iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" "),
-        bin = bin.display(),
-        image = image.display(),
+        "[{label}] {}",
+        shell_line(bin, &run_args(bin, &image, &args))
     ));
     let mut child =
         PreloadChild::start(bin, image, cfg.image_size_bytes, params.inode_count, &args)?;

@@ -18,7 +18,7 @@ use super::fsbench;
 use super::targets::{self, ImageSpec, TargetEntry};
 use super::workload::{StudyWorkload, WorkloadConfig};
 use super::{Cell, CellStatus, StudyConfig, StudyProgress};
-use crate::targets::preload::{tail_lines, PreloadChild, RUN_PREFIX};
+use crate::targets::preload::{run_args, shell_line, tail_lines, PreloadChild, RUN_PREFIX};
 use crate::targets::sys::{annotate, ScratchFile};
 use serde::{Deserialize, Serialize};
 use std::io::{self, BufRead, BufReader, Write};
@@ -113,10 +113,9 @@ fn child_cell(
         "image_bytes": image.bytes,
         "inodes": image.inodes,
         "mode": format!(
-            "a child process: {} run --image IMAGE --prefix {RUN_PREFIX} -- {} study-cell JOB, \
-             the workload on dir:{RUN_PREFIX} through the C library",
-            bin.display(),
-            bin.display()
+            "a child process: {} study-cell JOB, the workload on dir:{RUN_PREFIX} through the C \
+             library",
+            shell_line(bin, &run_args(bin, Path::new("IMAGE"), &[]))
         ),
     }));
     // stderr on a thread of its own, so that neither pipe can fill and stall the child.

@@ -44,16 +44,7 @@ impl PreloadChild {
     ) -> io::Result<PreloadChild> {
         let image = format_scratch(image, bytes, inodes)?;
         let coord = CoordLeftover(coord_path(image.path())?);
-        let mut full: Vec<OsString> = vec![
-            "run".into(),
-            "--image".into(),
-            image.path().into(),
-            "--prefix".into(),
-            RUN_PREFIX.into(),
-            "--".into(),
-            bin.into(),
-        ];
-        full.extend(args.iter().cloned());
+        let full = run_args(bin, image.path(), args);
         let child = Command::new(bin)
             .args(&full)
             .stdin(Stdio::null())
@@ -93,6 +84,30 @@ impl PreloadChild {
             tail.into_iter().collect::<Vec<_>>().join("\n  ")
         )))
     }
+}
+
+/// `run --image IMAGE --prefix /nvmfs -- BIN ARGS...`: the arguments `bin` is started with.
+pub fn run_args(bin: &Path, image: &Path, args: &[OsString]) -> Vec<OsString> {
+    let mut full: Vec<OsString> = vec![
+        "run".into(),
+        "--image".into(),
+        image.into(),
+        "--prefix".into(),
+        RUN_PREFIX.into(),
+        "--".into(),
+        bin.into(),
+    ];
+    full.extend(args.iter().cloned());
+    full
+}
+
+/// A command line for messages and records.
+pub fn shell_line(bin: &Path, args: &[OsString]) -> String {
+    std::iter::once(bin.as_os_str())
+        .chain(args.iter().map(|a| a.as_os_str()))
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Passes each line to `each` and returns the last few.
