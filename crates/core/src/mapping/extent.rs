@@ -26,7 +26,7 @@ use std::io;
 
 use parking_lot::Mutex;
 
-use super::tree::{root_off, root_word, split_root, Base, BlockTree, Reach};
+use super::tree::{checked_root, root_off, root_word, split_root, Base, BlockTree, Reach};
 use super::{Claim, MappingKind};
 use crate::fs::mount::allowed_blocks;
 use crate::journal::{Journal, Tx};
@@ -701,13 +701,7 @@ impl BlockTree for Extent {
         root: u64,
         visit: &mut dyn FnMut(Reach) -> bool,
     ) -> Result<(), Corrupted> {
-        let (levels, node) = split_root(root);
-        if !(1..=LEVELS_MAX).contains(&levels) || node >= geo.data_blocks {
-            return Err(corrupted(
-                format!("extent root word {root:#x}: bad level count or node"),
-                0,
-            ));
-        }
+        let (levels, node) = checked_root(root, LEVELS_MAX, geo, "extent")?;
         if visit(Reach::Node(node)) {
             self.walk_node(pm, geo, node, levels - 1, (0, LBLK_END), visit)?;
         }

@@ -12,7 +12,7 @@
 
 use std::io;
 
-use super::tree::{root_word, split_root, Base, BlockTree, Reach};
+use super::tree::{checked_root, root_word, split_root, Base, BlockTree, Reach};
 use super::{Claim, MappingKind};
 use crate::journal::{Journal, Tx};
 use crate::layout::superblock::Geometry;
@@ -305,13 +305,7 @@ impl BlockTree for Radix {
         root: u64,
         visit: &mut dyn FnMut(Reach) -> bool,
     ) -> Result<(), Corrupted> {
-        let (levels, node) = split_root(root);
-        if !(1..=LEVELS_MAX).contains(&levels) || node >= geo.data_blocks {
-            return Err(corrupted(
-                format!("radix root word {root:#x}: bad level count or node"),
-                0,
-            ));
-        }
+        let (levels, node) = checked_root(root, LEVELS_MAX, geo, "radix")?;
         if visit(Reach::Node(node)) {
             self.walk_node(pm, geo, node, levels, 0, visit)?;
         }

@@ -55,6 +55,24 @@ pub fn split_root(w: u64) -> (u64, u64) {
     (w >> 48, w & ROOT_NODE_MASK)
 }
 
+/// Splits a stored root word for a walk, refusing a level count outside 1..=`levels_max` or
+/// a node outside the data region (`what` names the mapping in the error).
+pub fn checked_root(
+    root: u64,
+    levels_max: u64,
+    geo: &Geometry,
+    what: &str,
+) -> Result<(u64, u64), Corrupted> {
+    let (levels, node) = split_root(root);
+    if !(1..=levels_max).contains(&levels) || node >= geo.data_blocks {
+        return Err(corrupted(
+            format!("{what} root word {root:#x}: bad level count or node"),
+            0,
+        ));
+    }
+    Ok((levels, node))
+}
+
 /// What a walk reaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reach {
