@@ -10,7 +10,6 @@ use nvmfs_lab::study::targets::{ImageSpec, StudyTarget, TargetVisitor};
 use nvmfs_lab::targets::api::MicroFs;
 
 use crate::bench_lab::{self, Record, TargetArgs};
-use crate::output;
 use crate::size::{format_size, parse_size};
 
 /// The sweep's largest task count by default: 1, 2, 4, 8, 16.
@@ -195,28 +194,22 @@ pub fn run(args: &Args) -> u8 {
             return 2;
         }
     };
-    if let Err(code) = crate::bench_db::start("aim7", args.targets.json.as_ref()) {
+    describe(&cfg);
+    let json = args.targets.json.as_ref();
+    if let Err(code) = bench_lab::begin("aim7", json, Some(&header())) {
         return code;
     }
-    describe(&cfg);
-    if !output::print("bench", &header()) {
-        return 1;
-    }
-    let mut records = Vec::new();
-    for (i, w) in wanted.iter().enumerate() {
-        if kernel::interrupted() {
-            break;
-        }
-        eprintln!("[{}/{}] aim7 on {}", i + 1, wanted.len(), w.label());
-        let mut run_one = |t: &mut StudyTarget, _: &()| t.visit(RunAim7(&cfg));
-        let stopped = |r: &Aim7Result| r.stopped_early.clone();
-        for r in bench_lab::run_cases(&bench, w, &[()], &mut run_one, &stopped) {
-            if !output::print("bench", &format_rows(&r)) {
-                return 1;
-            }
-            records.push(r);
-        }
-    }
+    let jobs = [bench_lab::Job {
+        label: "aim7".into(),
+        cases: std::slice::from_ref(&cfg),
+    }];
+    let mut run_one = |t: &mut StudyTarget, c: &Aim7Config| t.visit(RunAim7(c));
+    let stopped = |r: &Aim7Result| r.stopped_early.clone();
+    let rows = |r: &Record<Aim7Result>, _: &Aim7Config| format_rows(r);
+    let records = match bench_lab::run_jobs(&bench, &wanted, &jobs, &mut run_one, &stopped, &rows) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     bench_lab::finish(
         "aim7",
         "nvmfs-lab/bench-aim7/v1",

@@ -13,7 +13,6 @@ use serde::Serialize;
 
 use crate::bench_lab::{self, Record, TargetArgs};
 use crate::bench_postmark::file_bytes;
-use crate::output;
 
 /// Seed 001 ran filemark with 1, 8, 64 and 128 threads.
 const THREADS: [usize; 4] = [1, 8, 64, 128];
@@ -250,37 +249,26 @@ pub fn run(args: &Args) -> u8 {
             return 2;
         }
     };
-    if let Err(code) = crate::bench_db::start("filemark", args.targets.json.as_ref()) {
+    describe(args.preset, &cfgs);
+    let json = args.targets.json.as_ref();
+    if let Err(code) = bench_lab::begin("filemark", json, Some(&header())) {
         return code;
     }
-    describe(args.preset, &cfgs);
-    let runs = wanted.len() * cfgs.len();
-    let mut records = Vec::new();
-    if !output::print("bench", &header()) {
-        return 1;
-    }
-    for w in &wanted {
-        for c in &cfgs {
-            if kernel::interrupted() {
-                break;
-            }
-            eprintln!(
-                "[{}/{runs}] filemark-{}, {} thread(s) on {}",
-                records.len() + 1,
-                args.preset.name(),
-                c.threads,
-                w.label()
-            );
-            let mut run_one = |t: &mut StudyTarget, _: &()| t.visit(RunFilemark(c));
-            let stopped = |r: &FilemarkRun| r.result.stopped_early.clone();
-            for r in bench_lab::run_cases(&bench, w, &[()], &mut run_one, &stopped) {
-                if !output::print("bench", &format_row(&r, c.threads)) {
-                    return 1;
-                }
-                records.push(r);
-            }
-        }
-    }
+    // Each thread count on a fresh target, as the study runs them.
+    let jobs: Vec<_> = cfgs
+        .iter()
+        .map(|c| bench_lab::Job {
+            label: format!("filemark-{}, {} thread(s)", args.preset.name(), c.threads),
+            cases: std::slice::from_ref(c),
+        })
+        .collect();
+    let mut run_one = |t: &mut StudyTarget, c: &FilemarkConfig| t.visit(RunFilemark(c));
+    let stopped = |r: &FilemarkRun| r.result.stopped_early.clone();
+    let rows = |r: &Record<FilemarkRun>, c: &FilemarkConfig| format_row(r, c.threads);
+    let records = match bench_lab::run_jobs(&bench, &wanted, &jobs, &mut run_one, &stopped, &rows) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     let config = json_config(args.preset, &cfgs);
     bench_lab::finish(
         "filemark",

@@ -11,6 +11,7 @@ use nvmfs_lab::study::targets::{ImageSpec, StudyTarget};
 use serde::Serialize;
 
 use crate::bench_targets::{resolve_targets, Wanted};
+use crate::output;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -153,6 +154,56 @@ pub fn run_cases<C, R>(
         }
     }
     records
+}
+
+/// Cases run on one fresh target, and the progress line's name for them
+/// (`postmark`, `filemark-small, 8 thread(s)`).
+pub struct Job<'a, C> {
+    pub label: String,
+    pub cases: &'a [C],
+}
+
+/// The start of a command's run, once its arguments are good: checks `--json` is writable,
+/// installs the interrupt handler and prints the table's header (`None` when the command
+/// prints only records). `Err` holds the exit status.
+pub fn begin(command: &str, json: Option<&PathBuf>, header: Option<&str>) -> Result<(), u8> {
+    crate::bench_db::start(command, json)?;
+    match header {
+        Some(h) if !output::print("bench", h) => Err(1),
+        _ => Ok(()),
+    }
+}
+
+/// Runs every job on every wanted target in turn, each job on a fresh target (`run_cases`),
+/// and prints each record's table rows (`rows`) as it comes. `Err(1)` when stdout is gone.
+pub fn run_jobs<C, R>(
+    bench: &Bench,
+    wanted: &[Wanted],
+    jobs: &[Job<'_, C>],
+    run_case: &mut dyn FnMut(&mut StudyTarget, &C) -> io::Result<R>,
+    stopped: &dyn Fn(&R) -> Option<String>,
+    rows: &dyn Fn(&Record<R>, &C) -> String,
+) -> Result<Vec<Record<R>>, u8> {
+    let total = wanted.len() * jobs.len();
+    let mut records = Vec::new();
+    let mut started = 0;
+    for w in wanted {
+        for job in jobs {
+            if kernel::interrupted() {
+                return Ok(records);
+            }
+            started += 1;
+            eprintln!("[{started}/{total}] {} on {}", job.label, w.label());
+            let done = run_cases(bench, w, job.cases, run_case, stopped);
+            for (r, c) in done.into_iter().zip(job.cases) {
+                if !output::print("bench", &rows(&r, c)) {
+                    return Err(1);
+                }
+                records.push(r);
+            }
+        }
+    }
+    Ok(records)
 }
 
 fn status<R>(outcome: &io::Result<R>, stopped: &dyn Fn(&R) -> Option<String>) -> String {

@@ -11,7 +11,6 @@ use nvmfs_lab::study::targets::{StudyTarget, TargetVisitor};
 use nvmfs_lab::targets::api::MicroFs;
 
 use crate::bench_lab::{self, Record, TargetArgs};
-use crate::output;
 use crate::size::{format_size, parse_size};
 
 /// Seed 001's outstanding I/O counts.
@@ -209,44 +208,32 @@ pub fn run(args: &Args) -> u8 {
             return 2;
         }
     };
-    if let Err(code) = crate::bench_db::start("pgmeter", args.targets.json.as_ref()) {
+    describe(&cfgs);
+    let json = args.targets.json.as_ref();
+    if let Err(code) = bench_lab::begin("pgmeter", json, Some(&header())) {
         return code;
     }
-    describe(&cfgs);
-    if !output::print("bench", &header()) {
-        return 1;
-    }
-    let mut records = Vec::new();
-    for (i, w) in wanted.iter().enumerate() {
-        if kernel::interrupted() {
-            break;
+    // Every outstanding count on one target, as the study runs them.
+    let jobs = [bench_lab::Job {
+        label: format!("pgmeter {}", cfgs[0].spec.name),
+        cases: &cfgs[..],
+    }];
+    let mut run_one = |t: &mut StudyTarget, c: &PgmeterConfig| {
+        let r = t.visit(RunPgmeter(c));
+        if let Ok(r) = &r {
+            eprintln!(
+                "  {} outstanding: {:.0} ops/s, {:.1} MB/s",
+                r.outstanding, r.ops_per_sec, r.mb_per_sec
+            );
         }
-        eprintln!(
-            "[{}/{}] pgmeter {} on {}",
-            i + 1,
-            wanted.len(),
-            cfgs[0].spec.name,
-            w.label()
-        );
-        let mut run_one = |t: &mut StudyTarget, c: &PgmeterConfig| {
-            let r = t.visit(RunPgmeter(c));
-            if let Ok(r) = &r {
-                eprintln!(
-                    "  {} outstanding: {:.0} ops/s, {:.1} MB/s",
-                    r.outstanding, r.ops_per_sec, r.mb_per_sec
-                );
-            }
-            r
-        };
-        let stopped = |r: &PgmeterResult| r.stopped_early.clone();
-        let done = bench_lab::run_cases(&bench, w, &cfgs, &mut run_one, &stopped);
-        for (r, c) in done.into_iter().zip(&cfgs) {
-            if !output::print("bench", &format_row(&r, c.outstanding)) {
-                return 1;
-            }
-            records.push(r);
-        }
-    }
+        r
+    };
+    let stopped = |r: &PgmeterResult| r.stopped_early.clone();
+    let rows = |r: &Record<PgmeterResult>, c: &PgmeterConfig| format_row(r, c.outstanding);
+    let records = match bench_lab::run_jobs(&bench, &wanted, &jobs, &mut run_one, &stopped, &rows) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     bench_lab::finish(
         "pgmeter",
         "nvmfs-lab/bench-pgmeter/v1",

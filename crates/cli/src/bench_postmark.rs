@@ -15,7 +15,6 @@ use nvmfs_lab::targets::api::MicroFs;
 use serde::Serialize;
 
 use crate::bench_lab::{self, Record, TargetArgs};
-use crate::output;
 use crate::size::{format_size, parse_size};
 
 #[derive(clap::Args, Debug)]
@@ -232,26 +231,25 @@ pub fn run(args: &Args) -> u8 {
             return 2;
         }
     };
-    if let Err(code) = crate::bench_db::start("postmark", args.targets.json.as_ref()) {
+    let json = args.targets.json.as_ref();
+    if let Err(code) = bench_lab::begin("postmark", json, None) {
         return code;
     }
     describe(&cfg);
-    let mut records = Vec::new();
-    for (i, w) in wanted.iter().enumerate() {
-        if kernel::interrupted() {
-            break;
-        }
-        eprintln!("[{}/{}] postmark on {}", i + 1, wanted.len(), w.label());
-        let mut run_one =
-            |t: &mut nvmfs_lab::study::targets::StudyTarget, _: &()| t.visit(RunPostmark(&cfg));
-        let out_of_files = |r: &PostmarkResult| r.out_of_files.then(|| "out of files".into());
-        for r in bench_lab::run_cases(&bench, w, &[()], &mut run_one, &out_of_files) {
-            if !output::print("bench", &format_record(&r, cfg.report)) {
-                return 1;
-            }
-            records.push(r);
-        }
-    }
+    let jobs = [bench_lab::Job {
+        label: "postmark".into(),
+        cases: std::slice::from_ref(&cfg),
+    }];
+    let mut run_one = |t: &mut nvmfs_lab::study::targets::StudyTarget, c: &PostmarkConfig| {
+        t.visit(RunPostmark(c))
+    };
+    let out_of_files = |r: &PostmarkResult| r.out_of_files.then(|| "out of files".into());
+    let rows = |r: &Record<PostmarkResult>, c: &PostmarkConfig| format_record(r, c.report);
+    let records =
+        match bench_lab::run_jobs(&bench, &wanted, &jobs, &mut run_one, &out_of_files, &rows) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
     let config = Config {
         config_file: args.config.as_ref(),
         postmark: &cfg,
