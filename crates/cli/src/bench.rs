@@ -155,6 +155,9 @@ pub struct MicroArgs {
     /// Also write the records to FILE as a JSON array
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Leave out the hardware-limit rows (what a run:nvmfs child is started with)
+    #[arg(long, hide = true)]
+    no_references: bool,
 }
 
 fn with_default(text: &str, default: String) -> String {
@@ -255,6 +258,7 @@ fn run_micro(args: &MicroArgs) -> u8 {
         shm_dir: args.shm_dir.clone().unwrap_or(d.shm_dir),
         // run:nvmfs starts this binary under `nvmfs run`.
         nvmfs_bin: std::env::current_exe().ok(),
+        references: !args.no_references,
     };
     // Fail before running anything rather than after the whole benchmark.
     if let Some(path) = &args.json {

@@ -14,6 +14,8 @@ pub const CHUNK: usize = 1 << 20;
 pub const MMAP_IO: usize = 1024;
 /// Seed of the store buffer of mmap-store-1k (tests rebuild it).
 pub const MMAP_STORE_SEED: u64 = 9;
+/// Seed of randread-4k's and overwrite-4k's offset sequence (and their limits').
+pub const RANDOM_OFFSET_SEED: u64 = 4096;
 /// Seed of mmap-load/store-1k's offset sequence.
 pub const MMAP_OFFSET_SEED: u64 = 1024;
 
@@ -72,7 +74,7 @@ pub fn random_4k<F: MicroFs>(s: &mut Session<'_, F>, write: bool) -> io::Result<
     let fs = s.fs;
     let file = fs.open_rw(data_file(s)?)?;
     // Fixed seed: every target sees the same offset sequence.
-    let mut rng = fastrand::Rng::with_seed(4096);
+    let mut rng = fastrand::Rng::with_seed(RANDOM_OFFSET_SEED);
     let mut w = Positional {
         file,
         buf: pattern(BLOCK, 2),

@@ -57,6 +57,8 @@ pub struct MicroConfig {
     /// The `nvmfs` binary that runs the `run:nvmfs` target (`nvmfs run`, and
     /// `nvmfs bench micro` under it); `None` makes that target fail.
     pub nvmfs_bin: Option<PathBuf>,
+    /// Also measure the hardware limits (reference.rs); off in a `run:nvmfs` child.
+    pub references: bool,
 }
 
 impl Default for MicroConfig {
@@ -74,6 +76,7 @@ impl Default for MicroConfig {
             image_size_bytes: 2 * GIB + 512 * MIB,
             shm_dir: PathBuf::from("/dev/shm"),
             nvmfs_bin: None,
+            references: true,
         }
     }
 }
@@ -332,7 +335,7 @@ fn select_workloads(names: &[String]) -> Result<Vec<WorkloadId>, String> {
 }
 
 /// Runs the benchmark. Progress lines go to `progress`; records come back
-/// sorted by workload, then target (memcpy last), with ratios filled in.
+/// sorted by workload, then target (references last), with ratios filled in.
 /// All scratch files and images are removed before returning, also on error.
 pub fn run(cfg: &MicroConfig, progress: &mut dyn FnMut(&str)) -> io::Result<Vec<Record>> {
     let params = Params::from_config(cfg)?;
@@ -340,9 +343,7 @@ pub fn run(cfg: &MicroConfig, progress: &mut dyn FnMut(&str)) -> io::Result<Vec<
     for spec in &cfg.targets {
         records.extend(session::run_target(cfg, &params, spec, progress)?);
     }
-    if params.workloads.contains(&WorkloadId::SeqRead1m) {
-        records.push(reference::memcpy_1m(&params, progress)?);
-    }
+    records.extend(reference::all(cfg, &params, progress)?);
     // Stable sort: targets keep their configured order within a workload.
     records.sort_by_key(|r| WorkloadId::parse(&r.workload).map_or(usize::MAX, |w| w as usize));
     report::fill_ratios(&mut records);

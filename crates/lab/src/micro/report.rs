@@ -42,6 +42,11 @@ pub struct Record {
     /// `ops_per_sec` over the best kernel target's on this workload;
     /// `None` when no kernel target ran it.
     pub ratio_to_best_kernel: Option<f64>,
+    /// This target's time per op over the hardware limit's on this workload (the reference
+    /// record's): 1.0 is at the limit, 1.5 takes half as long again; `None` for the
+    /// references themselves and for workloads without one.
+    #[serde(default)]
+    pub ratio_to_limit: Option<f64>,
     /// Metadata workloads: directory levels between the workload's
     /// directory and each file (0 = flat); `None` for data workloads.
     pub dir_depth: Option<u32>,
@@ -73,6 +78,7 @@ impl Record {
             mib_per_sec: ops_per_sec * bytes_per_op as f64 / (1u64 << 20) as f64,
             latency_ns: m.latency,
             ratio_to_best_kernel: None,
+            ratio_to_limit: None,
             dir_depth: None,
             final_sync_s: None,
             notes,
@@ -91,19 +97,31 @@ impl Record {
     }
 }
 
-/// Sets every record's ratio to the best kernel target of its workload.
+/// Sets every record's ratio to the best kernel target of its workload and, beside a
+/// reference, its ratio to the hardware limit.
 pub(crate) fn fill_ratios(records: &mut [Record]) {
-    let mut best: BTreeMap<String, f64> = BTreeMap::new();
-    for r in records.iter().filter(|r| r.kind == TargetKind::Kernel) {
-        let b = best.entry(r.workload.clone()).or_insert(0.0);
-        *b = b.max(r.ops_per_sec);
-    }
+    let best = best_of(records, TargetKind::Kernel);
+    let limit = best_of(records, TargetKind::Reference);
     for r in records.iter_mut() {
         r.ratio_to_best_kernel = best
             .get(&r.workload)
             .filter(|b| **b > 0.0)
             .map(|b| r.ops_per_sec / b);
+        r.ratio_to_limit = limit
+            .get(&r.workload)
+            .filter(|_| r.kind != TargetKind::Reference && r.ops_per_sec > 0.0)
+            .map(|l| l / r.ops_per_sec);
     }
+}
+
+/// The highest ops/s of each workload among the records of `kind`.
+fn best_of(records: &[Record], kind: TargetKind) -> BTreeMap<String, f64> {
+    let mut best: BTreeMap<String, f64> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.kind == kind) {
+        let b = best.entry(r.workload.clone()).or_insert(0.0);
+        *b = b.max(r.ops_per_sec);
+    }
+    best
 }
 
 /// The console table, followed by the notes attached to the records.
@@ -123,22 +141,21 @@ pub fn format_table(records: &[Record]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<ww$} {:<tw$} {:>14} {:>9} {:>9} {:>10}",
-        "workload", "target", "ops/s", "p50", "p99", "vs kernel"
+        "{:<ww$} {:<tw$} {:>14} {:>9} {:>9} {:>10} {:>9}",
+        "workload", "target", "ops/s", "p50", "p99", "vs kernel", "x limit"
     );
+    let times = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.2}x"));
     for r in records {
-        let ratio = r
-            .ratio_to_best_kernel
-            .map_or_else(|| "-".to_string(), |x| format!("{x:.2}x"));
         let _ = writeln!(
             out,
-            "{:<ww$} {:<tw$} {:>14} {:>9} {:>9} {:>10}",
+            "{:<ww$} {:<tw$} {:>14} {:>9} {:>9} {:>10} {:>9}",
             r.workload,
             r.target,
             group_thousands(r.ops_per_sec.round() as u64),
             format_ns(r.latency_ns.p50),
             format_ns(r.latency_ns.p99),
-            ratio
+            times(r.ratio_to_best_kernel),
+            times(r.ratio_to_limit)
         );
     }
     out.push_str(&format_notes(records));

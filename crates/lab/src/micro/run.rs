@@ -96,6 +96,8 @@ pub(crate) fn child_args(cfg: &MicroConfig, params: &Params, json: &Path) -> Vec
         cfg.shm_dir.clone().into(),
         "--json".into(),
         json.into(),
+        // The parent measures the hardware limits, outside `nvmfs run`.
+        "--no-references".into(),
     ];
     for w in &params.workloads {
         a.push("--workload".into());
@@ -115,6 +117,7 @@ pub(crate) fn relabel(records: Vec<Record>, child_label: &str, label: &str) -> V
             r.target = label.to_string();
             r.kind = TargetKind::Nvmfs;
             r.ratio_to_best_kernel = None;
+            r.ratio_to_limit = None;
             r.notes.retain(|n| n != NO_FSYNC_NOTE);
             r.notes.push(RUN_NOTE.to_string());
             r

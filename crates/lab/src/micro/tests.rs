@@ -175,6 +175,7 @@ fn record(workload: &str, target: &str, kind: TargetKind, ops_per_sec: f64) -> R
         mib_per_sec: 0.0,
         latency_ns: Percentiles::default(),
         ratio_to_best_kernel: None,
+        ratio_to_limit: None,
         dir_depth: None,
         final_sync_s: None,
         notes: vec![],
@@ -196,6 +197,9 @@ fn ratios_are_against_the_best_kernel_target_per_workload() {
         ratios,
         [Some(2.0), Some(100.0 / 150.0), Some(1.0), None, None]
     );
+    // Only seqread-1m has a limit: nvmfs takes 4x its time per op, the reference none.
+    let limits: Vec<_> = rs.iter().map(|r| r.ratio_to_limit).collect();
+    assert_eq!(limits, [None, None, None, Some(4.0), None]);
 }
 
 #[test]
@@ -210,21 +214,32 @@ fn table_and_json_shapes() {
         ),
     ];
     rs[1].notes.push("no fsync".into());
+    rs.push(record("randread-4k", "nvmfs", TargetKind::Nvmfs, 1_000.0));
+    rs.push(record(
+        "randread-4k",
+        "memcpy",
+        TargetKind::Reference,
+        1_500.0,
+    ));
     fill_ratios(&mut rs);
     let table = format_table(&rs);
     let lines: Vec<_> = table.lines().collect();
-    assert!(lines[0].starts_with("workload"));
-    assert!(
-        lines[1].contains("2,000,000") && lines[1].ends_with("2.00x"),
-        "{table}"
-    );
-    assert!(lines[2].contains("dir:/some/long/path") && lines[2].ends_with("1.00x"));
-    assert_eq!(lines[3], "notes:");
-    assert_eq!(lines[4], "  - stat on dir:/some/long/path: no fsync");
+    assert!(lines[0].starts_with("workload") && lines[0].ends_with("x limit"));
+    let cols = |l: &str| -> Vec<String> { l.split_whitespace().map(String::from).collect() };
+    assert!(lines[1].contains("2,000,000"), "{table}");
+    assert_eq!(cols(lines[1])[5..], ["2.00x", "-"], "{table}");
+    assert!(lines[2].contains("dir:/some/long/path"));
+    assert_eq!(cols(lines[2])[5..], ["1.00x", "-"], "{table}");
+    // nvmfs takes 1.5x the limit's time per op; the limit has no ratio of its own.
+    assert_eq!(cols(lines[3])[5..], ["-", "1.50x"], "{table}");
+    assert_eq!(cols(lines[4])[5..], ["-", "-"], "{table}");
+    assert_eq!(lines[5], "notes:");
+    assert_eq!(lines[6], "  - stat on dir:/some/long/path: no fsync");
 
     let v: serde_json::Value = serde_json::from_str(&to_json(&rs)).unwrap();
     let arr = v.as_array().expect("the file is a bare array");
-    assert_eq!(arr.len(), 2);
+    assert_eq!(arr.len(), 4);
+    assert_eq!(arr[2]["ratio_to_limit"], 1.5);
     for key in [
         "workload",
         "target",
@@ -257,6 +272,7 @@ fn tiny(targets: Vec<TargetSpec>, shm: &Path) -> MicroConfig {
         image_size_bytes: 64 * MIB,
         shm_dir: shm.to_path_buf(),
         nvmfs_bin: None,
+        references: true,
     }
 }
 
@@ -292,17 +308,22 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
     let mut lines = Vec::new();
     let records = run(&cfg, &mut |s| lines.push(s.to_string())).unwrap();
 
-    // 15 workloads x 2 targets + memcpy.
-    assert_eq!(records.len(), 31);
-    // Grouped by workload in run order, targets in configured order, memcpy
-    // right after the other seqread-1m records.
+    // 15 workloads x 2 targets + three hardware limits.
+    assert_eq!(records.len(), 33);
+    // Grouped by workload in run order, targets in configured order, each limit right
+    // after the other records of its workload.
     let dir_label = format!("dir:{}", other.path().display());
     let mut expected = Vec::new();
     for name in all_workloads() {
         expected.push((name.to_string(), "tmpfs".to_string()));
         expected.push((name.to_string(), dir_label.clone()));
-        if *name == "seqread-1m" {
-            expected.push((name.to_string(), "memcpy".to_string()));
+        let limit = match *name {
+            "seqread-1m" | "randread-4k" => Some("memcpy"),
+            "overwrite-4k" => Some("nt-store"),
+            _ => None,
+        };
+        if let Some(l) = limit {
+            expected.push((name.to_string(), l.to_string()));
         }
     }
     let got: Vec<_> = records
@@ -343,6 +364,9 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
             None
         };
         assert_eq!(r.dir_depth, want_depth, "{r:?}");
+        let limited = ["randread-4k", "overwrite-4k", "seqread-1m"];
+        let has_limit = r.kind != TargetKind::Reference && limited.contains(&r.workload.as_str());
+        assert_eq!(r.ratio_to_limit.is_some(), has_limit, "{r:?}");
         if r.workload.ends_with("-deep") {
             assert!(
                 r.notes.iter().any(|n| n.contains("3 directories deep")),
@@ -429,7 +453,8 @@ fn every_workload_runs_on_nvmfs_and_the_image_is_removed() {
     let shm = shm_tempdir();
     let cfg = tiny(vec![TargetSpec::Nvmfs], shm.path());
     let records = run(&cfg, &mut |_| {}).unwrap();
-    assert_eq!(records.len(), 16);
+    // 15 workloads and three hardware limits.
+    assert_eq!(records.len(), 18);
     for r in &records {
         assert!(r.ops > 0, "{r:?}");
         if r.target == "nvmfs" {
@@ -726,7 +751,8 @@ fn run_target_relabels_the_childs_records_and_cleans_up() {
         got,
         [
             ("randread-4k", "run:nvmfs", TargetKind::Nvmfs),
-            ("randread-4k", "tmpfs", TargetKind::Kernel)
+            ("randread-4k", "tmpfs", TargetKind::Kernel),
+            ("randread-4k", "memcpy", TargetKind::Reference)
         ]
     );
     let run = &records[0];
@@ -754,6 +780,7 @@ fn run_target_relabels_the_childs_records_and_cleans_up() {
             --depth 3 --image-size 67108864 --shm-dir "
             .to_string(),
         " --workload randread-4k".to_string(),
+        " --no-references".to_string(),
     ] {
         assert!(args.contains(&want), "{args:?} lacks {want:?}");
     }
