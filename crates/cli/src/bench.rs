@@ -104,7 +104,8 @@ pub struct ScaleArgs {
         nvmfs bench micro -t nvmfs -t run:nvmfs -t tmpfs -w randread-4k -w overwrite-4k\n  \
         nvmfs bench micro --file-size 64M --files 1000 --image-size 512M --json micro.json\n  \
         nvmfs bench micro -w mmap-load-1k -w mmap-store-1k --file-size 2G --image-size 3G\n  \
-        nvmfs bench micro -w stat -w stat-deep --depth 8"
+        nvmfs bench micro -w stat -w stat-deep --depth 8\n  \
+        nvmfs bench micro --threads 2 -w randread-4k -w create-16k"
 )]
 pub struct MicroArgs {
     /// Where to run, in order (repeat for several): `nvmfs` (the library in-process on a fresh
@@ -142,6 +143,11 @@ pub struct MicroArgs {
         MicroConfig::default().tree_depth.to_string(),
     ))]
     depth: Option<u32>,
+    /// Also run every workload with N threads, on disjoint files (each thread 1/N of the data
+    /// file and file sets) and on one shared file or directory, and report each against one
+    /// thread (the default image grows by --file-size for the threads' data files)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=micro::MAX_THREADS as i64))]
+    threads: Option<u32>,
     #[arg(long, value_name = "SIZE", value_parser = parse_size, help = with_default(
         "Size of the nvmfs image; it must hold the data file and three sets of --files files",
         format_size(MicroConfig::default().image_size_bytes),
@@ -243,6 +249,14 @@ fn guarded<T>(f: impl FnOnce(&mut dyn FnMut(&str)) -> std::io::Result<T>) -> Res
 
 fn run_micro(args: &MicroArgs) -> u8 {
     let d = MicroConfig::default();
+    let threads = args.threads.map_or(1, |t| t as usize);
+    let file_size = args.file_size.unwrap_or(d.file_size_bytes);
+    // Threads on disjoint files add one data file's worth beside the one-thread run's.
+    let image_default = d.image_size_bytes
+        + match threads {
+            1 => 0,
+            _ => file_size,
+        };
     let cfg = MicroConfig {
         targets: if args.targets.is_empty() {
             d.targets
@@ -251,14 +265,15 @@ fn run_micro(args: &MicroArgs) -> u8 {
         },
         workloads: args.workloads.clone(),
         seconds: args.seconds.unwrap_or(d.seconds),
-        file_size_bytes: args.file_size.unwrap_or(d.file_size_bytes),
+        file_size_bytes: file_size,
         file_count: args.files.unwrap_or(d.file_count),
         tree_depth: args.depth.unwrap_or(d.tree_depth),
-        image_size_bytes: args.image_size.unwrap_or(d.image_size_bytes),
+        image_size_bytes: args.image_size.unwrap_or(image_default),
         shm_dir: args.shm_dir.clone().unwrap_or(d.shm_dir),
         // run:nvmfs starts this binary under `nvmfs run`.
         nvmfs_bin: std::env::current_exe().ok(),
         references: !args.no_references,
+        threads,
     };
     // Fail before running anything rather than after the whole benchmark.
     if let Some(path) = &args.json {

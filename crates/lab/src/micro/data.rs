@@ -2,8 +2,9 @@
 //! pre-written file, 1 KiB random loads and stores on a shared mapping of
 //! it (fio's mmap engine), and 4 KiB appends.
 
-use super::measure::{measure, Measured, Workload};
+use super::measure::{measure, Limits, Measured, Workload};
 use super::session::Session;
+use super::threads::Lane;
 use crate::targets::api::{MicroFile, MicroFs, MicroMap};
 use std::io;
 use std::time::{Duration, Instant};
@@ -33,7 +34,7 @@ pub(crate) fn data_file<'s, F: MicroFs>(s: &'s mut Session<'_, F>) -> io::Result
     if s.data_file.is_none() {
         let size = s.params.data_size;
         s.say(&format!("setup: writing {} MiB data file", size >> 20));
-        let name = s.fs.name("data");
+        let name = s.fs.name(&s.lane.scoped("data"));
         let file = s.fs.create(&name)?;
         let chunk = pattern(CHUNK, 1);
         for offset in (0..size).step_by(CHUNK) {
@@ -74,7 +75,7 @@ pub fn random_4k<F: MicroFs>(s: &mut Session<'_, F>, write: bool) -> io::Result<
     let fs = s.fs;
     let file = fs.open_rw(data_file(s)?)?;
     // Fixed seed: every target sees the same offset sequence.
-    let mut rng = fastrand::Rng::with_seed(RANDOM_OFFSET_SEED);
+    let mut rng = fastrand::Rng::with_seed(s.lane.seed(RANDOM_OFFSET_SEED));
     let mut w = Positional {
         file,
         buf: pattern(BLOCK, 2),
@@ -90,7 +91,8 @@ pub fn sequential_1m<F: MicroFs>(s: &mut Session<'_, F>, write: bool) -> io::Res
     let chunks = s.params.data_size / CHUNK as u64;
     let fs = s.fs;
     let file = fs.open_rw(data_file(s)?)?;
-    let mut i = 0u64;
+    // Threads sharing the file start spread over it.
+    let mut i = s.lane.share(chunks as usize).start as u64;
     let mut w = Positional {
         file,
         buf: pattern(CHUNK, 3),
@@ -176,6 +178,7 @@ pub fn mmap_1k<F: MicroFs>(
     let fs = s.fs;
     let file = fs.open_rw(data_file(s)?)?;
     let (mut w, map_time) = mmap_workload(fs, &file, store)?;
+    w.rng = fastrand::Rng::with_seed(s.lane.seed(MMAP_OFFSET_SEED));
     let m = measure(&mut w, &s.limits())?;
     let mut notes = vec![format!(
         "map of {} MiB made in {} before the run (untimed)",
@@ -198,7 +201,8 @@ pub fn mmap_1k<F: MicroFs>(
 }
 
 /// 4 KiB appends to one file. The file is bounded (memory is), so when it
-/// reaches `cap` it is deleted and started anew, outside the clock.
+/// reaches `cap` it is deleted and started anew, outside the clock; a file
+/// shared by threads is not (`restart` false): each thread stops at its `cap`.
 struct Append<'a, F: MicroFs> {
     fs: &'a F,
     name: F::Name,
@@ -206,6 +210,7 @@ struct Append<'a, F: MicroFs> {
     len: u64,
     cap: u64,
     buf: Vec<u8>,
+    restart: bool,
     restarts: u64,
 }
 
@@ -223,6 +228,9 @@ impl<F: MicroFs> Append<'_, F> {
 impl<F: MicroFs> Workload for Append<'_, F> {
     fn prepare(&mut self) -> io::Result<bool> {
         if self.len + self.buf.len() as u64 > self.cap {
+            if !self.restart {
+                return Ok(false);
+            }
             self.restart()?;
         }
         Ok(true)
@@ -236,22 +244,50 @@ impl<F: MicroFs> Workload for Append<'_, F> {
     }
 }
 
-/// append-4k on a fresh file; the file is removed afterwards.
+/// The file the threads of a shared append-4k run append to (threads.rs makes it before
+/// they start and removes it after).
+pub fn make_shared_append<F: MicroFs>(fs: &F, lane: &Lane) -> io::Result<()> {
+    fs.open_append(&fs.name(&lane.scoped("append"))).map(drop)
+}
+
+/// append-4k on a fresh file, removed afterwards; or, by the threads of a shared run, on
+/// one file, each thread appending 1/N of the data file's size.
 pub fn append_4k<F: MicroFs>(s: &mut Session<'_, F>) -> io::Result<(Measured, Vec<String>)> {
-    let name = s.fs.name("append");
+    let name = s.fs.name(&s.lane.scoped("append"));
+    let shared = s.lane.is_shared();
     let mut w = Append {
         fs: s.fs,
         file: Some(s.fs.open_append(&name)?),
         name,
         len: 0,
-        cap: s.params.data_size,
+        cap: match shared {
+            true => s.params.data_size / s.lane.count as u64,
+            false => s.params.data_size,
+        },
         buf: pattern(BLOCK, 4),
+        restart: !shared,
         restarts: 0,
     };
-    let m = measure(&mut w, &s.limits())?;
+    // A shared file is not restarted: the warm-up may use a tenth of the thread's part.
+    let limits = match shared {
+        true => Limits {
+            warmup_max_ops: w.cap / BLOCK as u64 / 10,
+            ..s.limits()
+        },
+        false => s.limits(),
+    };
+    let m = measure(&mut w, &limits)?;
     w.file = None;
-    s.fs.unlink(&w.name)?;
+    if !shared {
+        s.fs.unlink(&w.name)?;
+    }
     let mut notes = Vec::new();
+    if shared && m.exhausted {
+        notes.push(format!(
+            "each thread stopped after appending {} MiB to the shared file",
+            w.cap >> 20
+        ));
+    }
     if w.restarts > 0 {
         notes.push(format!(
             "file restarted {} times at {} MiB (unlink + create untimed)",

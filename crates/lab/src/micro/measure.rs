@@ -3,6 +3,7 @@
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::io;
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// A benchmark workload, split so that only the operation itself is timed.
@@ -15,7 +16,7 @@ pub trait Workload {
 }
 
 /// How long to run a workload.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Warm-up (caches, lazily allocated structures); not recorded.
     pub warmup: Duration,
@@ -23,6 +24,9 @@ pub struct Limits {
     pub warmup_max_ops: u64,
     /// Wall-clock length of the measured phase.
     pub run: Duration,
+    /// The threads of a `--threads` run wait here after their setup, so their warm-ups and
+    /// measured phases overlap (threads.rs).
+    pub start: Option<Arc<Barrier>>,
 }
 
 /// The outcome of the measured phase.
@@ -36,6 +40,8 @@ pub struct Measured {
     /// Wall-clock length of the measured phase, including `prepare`.
     pub wall: Duration,
     pub latency: Percentiles,
+    /// Every op's latency (threads.rs merges the threads' histograms).
+    pub histogram: Histogram<u64>,
     /// The workload ran out of work before the time was up.
     pub exhausted: bool,
 }
@@ -47,6 +53,29 @@ impl Measured {
             self.ops as f64 / secs
         } else {
             0.0
+        }
+    }
+
+    /// The threads of one run as one measurement: the ops/s is the sum of the threads' own
+    /// rates (each over the time it spent inside its ops), latencies are over all their ops.
+    pub fn merge(parts: &[Measured]) -> Measured {
+        let mut histogram = new_histogram();
+        for p in parts {
+            histogram.add(&p.histogram).expect("same histogram bounds");
+        }
+        let ops: u64 = parts.iter().map(|p| p.ops).sum();
+        let rate: f64 = parts.iter().map(|p| p.ops_per_sec()).sum();
+        Measured {
+            ops,
+            busy: if rate > 0.0 {
+                Duration::from_secs_f64(ops as f64 / rate)
+            } else {
+                Duration::ZERO
+            },
+            wall: parts.iter().map(|p| p.wall).max().unwrap_or_default(),
+            latency: Percentiles::from_histogram(&histogram),
+            histogram,
+            exhausted: parts.iter().any(|p| p.exhausted),
         }
     }
 }
@@ -85,6 +114,9 @@ pub fn new_histogram() -> Histogram<u64> {
 
 /// Runs a warm-up, then the measured phase, recording every op's latency.
 pub fn measure<W: Workload + ?Sized>(w: &mut W, limits: &Limits) -> io::Result<Measured> {
+    if let Some(b) = &limits.start {
+        b.wait();
+    }
     warm_up(w, limits)?;
     let mut hist = new_histogram();
     let mut ops = 0u64;
@@ -113,6 +145,7 @@ pub fn measure<W: Workload + ?Sized>(w: &mut W, limits: &Limits) -> io::Result<M
         busy,
         wall: start.elapsed(),
         latency: Percentiles::from_histogram(&hist),
+        histogram: hist,
         exhausted,
     })
 }
@@ -197,6 +230,7 @@ mod tests {
             warmup: Duration::from_secs(10),
             warmup_max_ops: 5,
             run: Duration::from_secs(10),
+            start: None,
         };
         let m = measure(&mut w, &limits).unwrap();
         assert!(m.exhausted);
@@ -217,6 +251,7 @@ mod tests {
             warmup: Duration::from_millis(5),
             warmup_max_ops: u64::MAX,
             run: Duration::from_millis(30),
+            start: None,
         };
         let m = measure(&mut w, &limits).unwrap();
         assert!(!m.exhausted);

@@ -4,10 +4,13 @@
 use super::data::pattern;
 use super::measure::{measure, Limits, Measured, Workload};
 use super::session::Session;
+use super::threads::Lane;
+use super::Params;
 use crate::targets::api::{MicroFile, MicroFs};
 use std::collections::HashSet;
 use std::hint::black_box;
 use std::io;
+use std::ops::Range;
 
 pub const FILE_16K: usize = 16 * 1024;
 
@@ -120,9 +123,9 @@ fn write_file<F: MicroFs>(fs: &F, name: &F::Name, content: &[u8]) -> io::Result<
     file.write_all_at(content, 0)
 }
 
-/// Resolves the paths of `count` files below `dir` up front (untimed).
-fn names<F: MicroFs>(fs: &F, dir: &str, count: usize, layout: Layout) -> Vec<F::Name> {
-    (0..count)
+/// Resolves the paths of files `which` below `dir` up front (untimed).
+fn names<F: MicroFs>(fs: &F, dir: &str, which: Range<usize>, layout: Layout) -> Vec<F::Name> {
+    which
         .map(|i| fs.name(&format!("{dir}/{}", layout.file(i))))
         .collect()
 }
@@ -145,7 +148,7 @@ fn make_files<F: MicroFs>(
 ) -> io::Result<Vec<F::Name>> {
     make_dirs(fs, dir, count, layout)?;
     let content = pattern(FILE_16K, 5);
-    let names = names(fs, dir, count, layout);
+    let names = names(fs, dir, 0..count, layout);
     for name in &names {
         write_file(fs, name, &content)?;
     }
@@ -162,7 +165,7 @@ fn dir_name(base: &str, layout: Layout) -> String {
 
 /// The files shared by stat and open-read-16k (one set per layout), made on
 /// first use.
-fn file_set<'s, F: MicroFs>(
+pub(crate) fn file_set<'s, F: MicroFs>(
     s: &'s mut Session<'_, F>,
     layout: Layout,
 ) -> io::Result<&'s [F::Name]> {
@@ -174,7 +177,8 @@ fn file_set<'s, F: MicroFs>(
             "setup: creating {count} files of 16 KiB{}",
             describe(layout)
         ));
-        let names = make_files(s.fs, &dir_name("files", layout), count, layout)?;
+        let dir = s.lane.scoped(&dir_name("files", layout));
+        let names = make_files(s.fs, &dir, count, layout)?;
         if deep {
             s.deep_file_set = Some(names);
         } else {
@@ -241,21 +245,37 @@ impl<F: MicroFs> Workload for Create<'_, F> {
     }
 }
 
+/// The directories of create-16k (shared ones: made once, before the threads start).
+pub fn make_create_dirs<F: MicroFs>(
+    fs: &F,
+    params: &Params,
+    lane: &Lane,
+    layout: Layout,
+) -> io::Result<()> {
+    let dir = lane.scoped(&dir_name("create", layout));
+    make_dirs(fs, &dir, params.file_count, layout)
+}
+
 pub fn create_16k<F: MicroFs>(
     s: &mut Session<'_, F>,
     layout: Layout,
 ) -> io::Result<(Measured, Vec<String>)> {
-    let (dir, count) = (dir_name("create", layout), s.params.file_count);
-    if layout != Layout::Flat {
-        s.say(&format!(
-            "setup: creating the directories{}",
-            describe(layout)
-        ));
+    let (dir, count) = (
+        s.lane.scoped(&dir_name("create", layout)),
+        s.params.file_count,
+    );
+    if !s.lane.is_shared() {
+        if layout != Layout::Flat {
+            s.say(&format!(
+                "setup: creating the directories{}",
+                describe(layout)
+            ));
+        }
+        make_create_dirs(s.fs, s.params, &s.lane, layout)?;
     }
-    make_dirs(s.fs, &dir, count, layout)?;
     let mut w = Create {
         fs: s.fs,
-        names: names(s.fs, &dir, count, layout),
+        names: names(s.fs, &dir, s.lane.share(count), layout),
         content: pattern(FILE_16K, 6),
         next: 0,
         rounds: 0,
@@ -309,10 +329,11 @@ fn random_file<F: MicroFs>(
 ) -> io::Result<Measured> {
     let fs = s.fs;
     let limits = s.limits();
+    let seed = s.lane.seed(16);
     let mut w = RandomFile {
         fs,
         names: file_set(s, layout)?,
-        rng: fastrand::Rng::with_seed(16),
+        rng: fastrand::Rng::with_seed(seed),
         cur: 0,
         buf: vec![0; FILE_16K],
         read,
@@ -349,30 +370,51 @@ impl<F: MicroFs> Workload for Unlink<'_, F> {
     }
 }
 
+/// The files of unlink: the workload's, plus the reserve that feeds the warm-up. The
+/// reserve's files get a tree of their own shape, so the deep layout is computed for all.
+fn unlink_layout(params: &Params, layout: Layout) -> (usize, Layout) {
+    let total = params.file_count + params.unlink_reserve;
+    match layout {
+        Layout::Flat => (total, Layout::Flat),
+        Layout::Deep { depth, .. } => (total, Layout::deep(total, depth)),
+    }
+}
+
+/// Makes unlink's files (shared ones: once, before the threads start).
+pub fn make_unlink_set<F: MicroFs>(
+    fs: &F,
+    params: &Params,
+    lane: &Lane,
+    layout: Layout,
+) -> io::Result<Vec<F::Name>> {
+    let (total, layout) = unlink_layout(params, layout);
+    make_files(fs, &lane.scoped(&dir_name("unlink", layout)), total, layout)
+}
+
 pub fn unlink<F: MicroFs>(
     s: &mut Session<'_, F>,
     layout: Layout,
 ) -> io::Result<(Measured, Vec<String>)> {
     let (count, reserve) = (s.params.file_count, s.params.unlink_reserve);
-    // The reserve's files get a tree of their own shape, so the deep layout
-    // is computed for all of them.
-    let layout = match layout {
-        Layout::Flat => Layout::Flat,
-        Layout::Deep { depth, .. } => Layout::deep(count + reserve, depth),
+    let (total, layout) = unlink_layout(s.params, layout);
+    let names = if s.lane.is_shared() {
+        let dir = s.lane.scoped(&dir_name("unlink", layout));
+        names(s.fs, &dir, s.lane.share(total), layout)
+    } else {
+        s.say(&format!(
+            "setup: creating {total} files of 16 KiB{}",
+            describe(layout)
+        ));
+        make_unlink_set(s.fs, s.params, &s.lane, layout)?
     };
-    s.say(&format!(
-        "setup: creating {} files of 16 KiB{}",
-        count + reserve,
-        describe(layout)
-    ));
     let mut w = Unlink {
         fs: s.fs,
-        names: make_files(s.fs, &dir_name("unlink", layout), count + reserve, layout)?,
+        names,
         next: 0,
     };
     // The warm-up may only use the reserve, leaving `count` files to time.
     let limits = Limits {
-        warmup_max_ops: reserve as u64,
+        warmup_max_ops: s.lane.share(reserve).len() as u64,
         ..s.limits()
     };
     let m = measure(&mut w, &limits)?;

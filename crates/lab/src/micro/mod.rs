@@ -15,11 +15,13 @@ mod reference;
 mod report;
 mod run;
 mod session;
+mod threads;
 
 pub use measure::Percentiles;
 pub use meta::Layout;
 pub use report::{format_table, print_table, to_json, write_json, Record, TargetKind};
 pub use run::{RUN_NOTE, RUN_PREFIX};
+pub use threads::Sharing;
 
 use std::fmt;
 use std::io;
@@ -30,6 +32,8 @@ const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 /// Deepest tree of the -deep workloads (paths stay well under PATH_MAX).
 pub const MAX_TREE_DEPTH: u32 = 64;
+/// Most threads of `--threads`.
+pub const MAX_THREADS: usize = 64;
 
 /// What to benchmark and how big.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +63,9 @@ pub struct MicroConfig {
     pub nvmfs_bin: Option<PathBuf>,
     /// Also measure the hardware limits (reference.rs); off in a `run:nvmfs` child.
     pub references: bool,
+    /// Above 1: every workload also runs with this many threads, on disjoint files and on
+    /// a shared file or directory (threads.rs).
+    pub threads: usize,
 }
 
 impl Default for MicroConfig {
@@ -77,6 +84,7 @@ impl Default for MicroConfig {
             shm_dir: PathBuf::from("/dev/shm"),
             nvmfs_bin: None,
             references: true,
+            threads: 1,
         }
     }
 }
@@ -255,6 +263,8 @@ struct Params {
     unlink_reserve: usize,
     /// Inode count for formatting nvmfs: every live file with a margin.
     inode_count: u64,
+    /// `MicroConfig::threads`.
+    threads: usize,
 }
 
 impl Params {
@@ -275,6 +285,12 @@ impl Params {
         if cfg.file_count == 0 {
             return Err(invalid("file count must be at least 1".into()));
         }
+        if !(1..=MAX_THREADS).contains(&cfg.threads) {
+            return Err(invalid(format!(
+                "threads must be 1..={MAX_THREADS}, got {}",
+                cfg.threads
+            )));
+        }
         if !(1..=MAX_TREE_DEPTH).contains(&cfg.tree_depth) {
             return Err(invalid(format!(
                 "tree depth must be 1..={MAX_TREE_DEPTH}, got {}",
@@ -293,20 +309,44 @@ impl Params {
         // tree's directories (they stay), plus slack.
         let dirs = 2 * deep.dir_count(cfg.file_count)
             + unlink_deep.dir_count(cfg.file_count + unlink_reserve);
-        let live = 3 * cfg.file_count as u64 + unlink_reserve as u64 + dirs as u64 + 64;
+        let mut live = 3 * cfg.file_count as u64 + unlink_reserve as u64 + dirs as u64 + 64;
+        if cfg.threads > 1 {
+            // The disjoint threads' flat and deep sets (as many files again as the
+            // one-thread sets) and the directory trees of the threaded create, stat and
+            // unlink runs (under two trees' worth each for disjoint and shared).
+            live += 2 * cfg.file_count as u64 + 2 * dirs as u64;
+        }
         Ok(Params {
             workloads,
             limits: measure::Limits {
                 warmup,
                 warmup_max_ops: u64::MAX,
                 run: seconds,
+                start: None,
             },
             data_size: cfg.file_size_bytes / MIB * MIB,
             file_count: cfg.file_count,
             deep,
             unlink_reserve,
             inode_count: (live + live / 2).next_power_of_two().max(4096),
+            threads: cfg.threads,
         })
+    }
+
+    /// The sizes one thread of an `n`-thread run works with: on disjoint files each has 1/n
+    /// of the data file and of the file sets, so the run moves as much as the one-thread
+    /// run; on shared ones they split the one-thread run's (threads.rs).
+    fn for_threads(&self, n: usize, sharing: Sharing) -> Params {
+        let mut p = self.clone();
+        if sharing == Sharing::Disjoint {
+            p.data_size = (self.data_size / n as u64 / MIB).max(1) * MIB;
+            p.file_count = (self.file_count / n).max(1);
+            p.unlink_reserve = (self.unlink_reserve / n).max(1);
+            if let meta::Layout::Deep { depth, .. } = self.deep {
+                p.deep = meta::Layout::deep(p.file_count, depth);
+            }
+        }
+        p
     }
 }
 

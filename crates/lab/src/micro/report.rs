@@ -1,6 +1,7 @@
 //! Benchmark records, the console table and the JSON file.
 
 use super::measure::{Measured, Percentiles};
+use super::threads::Sharing;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -53,7 +54,20 @@ pub struct Record {
     /// mmap-store-1k: seconds of the one msync(MS_SYNC) after the measured
     /// phase (not part of `elapsed_s` or `ops_per_sec`); `None` otherwise.
     pub final_sync_s: Option<f64>,
+    /// Threads that ran the workload together (`--threads`; 1 otherwise).
+    #[serde(default = "one")]
+    pub threads: u32,
+    /// With more than one thread: on disjoint files or one shared file or directory.
+    #[serde(default)]
+    pub sharing: Option<Sharing>,
+    /// With more than one thread: ops/s over the same target's one-thread record.
+    #[serde(default)]
+    pub scaling: Option<f64>,
     pub notes: Vec<String>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Record {
@@ -81,14 +95,29 @@ impl Record {
             ratio_to_limit: None,
             dir_depth: None,
             final_sync_s: None,
+            threads: 1,
+            sharing: None,
+            scaling: None,
             notes,
+        }
+    }
+
+    /// "1", or "2 disjoint" / "2 shared".
+    pub fn run_name(&self) -> String {
+        match self.sharing {
+            Some(s) => format!("{} {}", self.threads, s.name()),
+            None => self.threads.to_string(),
         }
     }
 
     /// One progress line: "randread-4k: 1,234,567 ops/s, p50 812ns, p99 1.9µs".
     pub fn summary(&self) -> String {
+        let run = match self.sharing {
+            Some(_) => format!(" ({} threads)", self.run_name()),
+            None => String::new(),
+        };
         format!(
-            "{}: {} ops/s, p50 {}, p99 {}",
+            "{}{run}: {} ops/s, p50 {}, p99 {}",
             self.workload,
             group_thousands(self.ops_per_sec.round() as u64),
             format_ns(self.latency_ns.p50),
@@ -97,28 +126,42 @@ impl Record {
     }
 }
 
-/// Sets every record's ratio to the best kernel target of its workload and, beside a
-/// reference, its ratio to the hardware limit.
+/// Sets every record's ratio to the best kernel target of its workload run the same way
+/// (threads, sharing), its ratio to the hardware limit beside a one-thread reference, and a
+/// threaded record's scaling over its target's one-thread record.
 pub(crate) fn fill_ratios(records: &mut [Record]) {
-    let best = best_of(records, TargetKind::Kernel);
-    let limit = best_of(records, TargetKind::Reference);
+    let best = best_of(records, |r| r.kind == TargetKind::Kernel);
+    let limit = best_of(records, |r| r.kind == TargetKind::Reference);
+    let mut solo: BTreeMap<(String, String), f64> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.sharing.is_none()) {
+        solo.insert((r.workload.clone(), r.target.clone()), r.ops_per_sec);
+    }
     for r in records.iter_mut() {
         r.ratio_to_best_kernel = best
-            .get(&r.workload)
+            .get(&run_key(r))
             .filter(|b| **b > 0.0)
             .map(|b| r.ops_per_sec / b);
         r.ratio_to_limit = limit
-            .get(&r.workload)
+            .get(&run_key(r))
             .filter(|_| r.kind != TargetKind::Reference && r.ops_per_sec > 0.0)
             .map(|l| l / r.ops_per_sec);
+        r.scaling = solo
+            .get(&(r.workload.clone(), r.target.clone()))
+            .filter(|one| r.sharing.is_some() && **one > 0.0)
+            .map(|one| r.ops_per_sec / one);
     }
 }
 
-/// The highest ops/s of each workload among the records of `kind`.
-fn best_of(records: &[Record], kind: TargetKind) -> BTreeMap<String, f64> {
-    let mut best: BTreeMap<String, f64> = BTreeMap::new();
-    for r in records.iter().filter(|r| r.kind == kind) {
-        let b = best.entry(r.workload.clone()).or_insert(0.0);
+/// A workload and how it ran: records are compared only with others run the same way.
+fn run_key(r: &Record) -> (String, String) {
+    (r.workload.clone(), r.run_name())
+}
+
+/// The highest ops/s of each workload run among the records `pick` takes.
+fn best_of(records: &[Record], pick: impl Fn(&Record) -> bool) -> BTreeMap<(String, String), f64> {
+    let mut best = BTreeMap::new();
+    for r in records.iter().filter(|r| pick(r)) {
+        let b: &mut f64 = best.entry(run_key(r)).or_insert(0.0);
         *b = b.max(r.ops_per_sec);
     }
     best
@@ -138,19 +181,33 @@ pub fn format_table(records: &[Record]) -> String {
         .max()
         .unwrap_or(0)
         .max(14);
+    // The threads columns only when some record ran with more than one thread.
+    let threaded = records.iter().any(|r| r.sharing.is_some());
+    let run_cols = |run: &str, scaling: &str| match threaded {
+        true => format!(" {run:<12} {scaling:>11}"),
+        false => String::new(),
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<ww$} {:<tw$} {:>14} {:>9} {:>9} {:>10} {:>9}",
-        "workload", "target", "ops/s", "p50", "p99", "vs kernel", "x limit"
+        "{:<ww$} {:<tw$}{} {:>14} {:>9} {:>9} {:>10} {:>9}",
+        "workload",
+        "target",
+        run_cols("threads", "vs 1 thread"),
+        "ops/s",
+        "p50",
+        "p99",
+        "vs kernel",
+        "x limit"
     );
     let times = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.2}x"));
     for r in records {
         let _ = writeln!(
             out,
-            "{:<ww$} {:<tw$} {:>14} {:>9} {:>9} {:>10} {:>9}",
+            "{:<ww$} {:<tw$}{} {:>14} {:>9} {:>9} {:>10} {:>9}",
             r.workload,
             r.target,
+            run_cols(&r.run_name(), &times(r.scaling)),
             group_thousands(r.ops_per_sec.round() as u64),
             format_ns(r.latency_ns.p50),
             format_ns(r.latency_ns.p99),

@@ -96,6 +96,8 @@ pub(crate) fn child_args(cfg: &MicroConfig, params: &Params, json: &Path) -> Vec
         cfg.shm_dir.clone().into(),
         "--json".into(),
         json.into(),
+        "--threads".into(),
+        cfg.threads.to_string().into(),
         // The parent measures the hardware limits, outside `nvmfs run`.
         "--no-references".into(),
     ];

@@ -2,6 +2,7 @@
 
 use super::measure::{Limits, Measured};
 use super::report::{Record, TargetKind};
+use super::threads::{self, Inherited, Lane, Sharing};
 use super::{data, meta, MicroConfig, Params, TargetSpec, WorkloadId};
 use crate::targets::api::MicroFs;
 use crate::targets::nvmfs::NvmfsTarget;
@@ -61,11 +62,15 @@ fn run_on_dir(
     Session::new(&fs, params, label, TargetKind::Kernel, progress).run_all()
 }
 
-/// One target's run of the suite. Setup shared between workloads (the big
-/// data file, the stat/open-read file set) is made on first use only.
+/// One target's run of the suite, or one thread's part of a `--threads` run (`lane`). Setup
+/// shared between workloads (the big data file, the stat/open-read file set) is made on
+/// first use only.
 pub struct Session<'a, F: MicroFs> {
     pub fs: &'a F,
     pub params: &'a Params,
+    /// Which thread of which run this is (names, shares, seeds).
+    pub lane: Lane,
+    limits: Limits,
     label: &'a str,
     kind: TargetKind,
     progress: &'a mut dyn FnMut(&str),
@@ -73,6 +78,9 @@ pub struct Session<'a, F: MicroFs> {
     pub file_set: Option<Vec<F::Name>>,
     /// The stat/open-read set of the -deep workloads.
     pub deep_file_set: Option<Vec<F::Name>>,
+    /// The own files of each thread of the disjoint `--threads` runs, kept from workload to
+    /// workload like this session's own (threads.rs).
+    pub lanes: Vec<Inherited<F::Name>>,
 }
 
 /// What one workload run gives besides its measurement.
@@ -91,47 +99,121 @@ impl<'a, F: MicroFs> Session<'a, F> {
         kind: TargetKind,
         progress: &'a mut dyn FnMut(&str),
     ) -> Self {
+        Session::for_lane(fs, params, Lane::SOLO, params.limits.clone(), progress)
+            .labelled(label, kind)
+    }
+
+    /// A session of one thread of a `--threads` run (`threads.rs`).
+    pub(crate) fn for_lane(
+        fs: &'a F,
+        params: &'a Params,
+        lane: Lane,
+        limits: Limits,
+        progress: &'a mut dyn FnMut(&str),
+    ) -> Self {
         Session {
             fs,
             params,
-            label,
-            kind,
+            lane,
+            limits,
+            label: "",
+            kind: TargetKind::Kernel,
             progress,
             data_file: None,
             file_set: None,
             deep_file_set: None,
+            lanes: Vec::new(),
         }
     }
 
-    fn run_all(mut self) -> io::Result<Vec<Record>> {
+    fn labelled(mut self, label: &'a str, kind: TargetKind) -> Self {
+        self.label = label;
+        self.kind = kind;
+        self
+    }
+
+    /// Starts a thread's session with the files it uses (threads.rs).
+    pub(crate) fn inherit(&mut self, from: Inherited<F::Name>) {
+        self.data_file = from.data_file;
+        self.file_set = from.file_set;
+        self.deep_file_set = from.deep_file_set;
+    }
+
+    /// What a thread's session hands back: the files it made or used.
+    pub(crate) fn into_inherited(self) -> Inherited<F::Name> {
+        Inherited {
+            data_file: self.data_file,
+            file_set: self.file_set,
+            deep_file_set: self.deep_file_set,
+        }
+    }
+
+    fn run_all(mut self) -> io::Result<Vec<Record>>
+    where
+        F: Sync,
+        F::Name: Clone + Send + Sync,
+    {
         let mut records = Vec::new();
         for &w in &self.params.workloads {
-            let mut out = self.run_one(w).map_err(|e| {
-                io::Error::new(e.kind(), format!("{} on {}: {e}", w.name(), self.label))
-            })?;
-            if w.is_mmap() {
-                out.notes.push(MMAP_NOTE.to_string());
-            } else if self.kind == TargetKind::Kernel {
-                out.notes.push(NO_FSYNC_NOTE.to_string());
+            let out = self.run_one(w).map_err(|e| self.failed(w, None, e))?;
+            records.push(self.record(w, out, None));
+            if self.params.threads < 2 {
+                continue;
             }
-            let mut r = Record::new(
-                w.name(),
-                self.label,
-                self.kind,
-                w.bytes_per_op(),
-                &out.m,
-                out.notes,
-            );
-            r.dir_depth = w.layout(self.params).map(|l| l.depth());
-            r.final_sync_s = out.final_sync.map(|d| d.as_secs_f64());
-            self.say(&r.summary());
-            records.push(r);
+            for sharing in Sharing::BOTH {
+                let n = self.params.threads;
+                let out = threads::run(&mut self, w, n, sharing)
+                    .map_err(|e| self.failed(w, Some(sharing), e))?;
+                records.push(self.record(w, out, Some(sharing)));
+            }
         }
         Ok(records)
     }
 
+    fn failed(&self, w: WorkloadId, sharing: Option<Sharing>, e: io::Error) -> io::Error {
+        let run = match sharing {
+            Some(s) => format!(" ({} threads, {})", self.params.threads, s.name()),
+            None => String::new(),
+        };
+        io::Error::new(
+            e.kind(),
+            format!("{}{run} on {}: {e}", w.name(), self.label),
+        )
+    }
+
+    /// The record of one run of `w`, said on the progress line.
+    fn record(&mut self, w: WorkloadId, mut out: Outcome, sharing: Option<Sharing>) -> Record {
+        if let Some(s) = sharing {
+            let run = format!("{} threads, {}", self.params.threads, s.name());
+            for n in &mut out.notes {
+                *n = format!("{run}: {n}");
+            }
+        }
+        if w.is_mmap() {
+            out.notes.push(MMAP_NOTE.to_string());
+        } else if self.kind == TargetKind::Kernel {
+            out.notes.push(NO_FSYNC_NOTE.to_string());
+        }
+        let mut r = Record::new(
+            w.name(),
+            self.label,
+            self.kind,
+            w.bytes_per_op(),
+            &out.m,
+            out.notes,
+        );
+        r.dir_depth = w.layout(self.params).map(|l| l.depth());
+        r.final_sync_s = out.final_sync.map(|d| d.as_secs_f64());
+        if let Some(s) = sharing {
+            r.threads = self.params.threads as u32;
+            r.sharing = Some(s);
+        }
+        self.say(&r.summary());
+        r
+    }
+
     /// Runs one workload; returns its measurement and notes about it.
-    fn run_one(&mut self, w: WorkloadId) -> io::Result<Outcome> {
+    pub(crate) fn run_one(&mut self, w: WorkloadId) -> io::Result<Outcome> {
         use WorkloadId::*;
         let plain = |m| Outcome {
             m,
@@ -182,6 +264,6 @@ impl<'a, F: MicroFs> Session<'a, F> {
     }
 
     pub fn limits(&self) -> Limits {
-        self.params.limits
+        self.limits.clone()
     }
 }

@@ -178,6 +178,9 @@ fn record(workload: &str, target: &str, kind: TargetKind, ops_per_sec: f64) -> R
         ratio_to_limit: None,
         dir_depth: None,
         final_sync_s: None,
+        threads: 1,
+        sharing: None,
+        scaling: None,
         notes: vec![],
     }
 }
@@ -273,6 +276,7 @@ fn tiny(targets: Vec<TargetSpec>, shm: &Path) -> MicroConfig {
         shm_dir: shm.to_path_buf(),
         nvmfs_bin: None,
         references: true,
+        threads: 1,
     }
 }
 
@@ -805,5 +809,77 @@ fn run_target_reports_a_failed_child_and_cleans_up() {
     cfg.nvmfs_bin = None;
     let err = run(&cfg, &mut |_| {}).unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+    assert_empty(shm.path());
+}
+
+#[test]
+fn threads_run_every_workload_disjoint_and_shared_and_clean_up() {
+    let shm = shm_tempdir();
+    let mut cfg = tiny(vec![TargetSpec::Nvmfs, TargetSpec::Tmpfs], shm.path());
+    cfg.threads = 2;
+    // Room for the threads' data files beside the one-thread run's.
+    cfg.image_size_bytes += cfg.file_size_bytes;
+    let records = run(&cfg, &mut |_| {}).unwrap();
+    // 15 workloads x 2 targets x (1 thread, 2 disjoint, 2 shared) + three limits.
+    assert_eq!(records.len(), 15 * 2 * 3 + 3);
+    for name in all_workloads() {
+        for target in ["nvmfs", "tmpfs"] {
+            let runs: Vec<_> = records
+                .iter()
+                .filter(|r| r.workload == *name && r.target == target)
+                .collect();
+            let got: Vec<_> = runs.iter().map(|r| (r.threads, r.sharing)).collect();
+            assert_eq!(
+                got,
+                [
+                    (1, None),
+                    (2, Some(Sharing::Disjoint)),
+                    (2, Some(Sharing::Shared))
+                ],
+                "{name} on {target}"
+            );
+            let one = runs[0].ops_per_sec;
+            assert_eq!(runs[0].scaling, None);
+            for r in &runs[1..] {
+                assert!(r.ops > 0, "{r:?}");
+                assert_eq!(r.scaling, Some(r.ops_per_sec / one), "{r:?}");
+                // Against tmpfs run the same way, never against its one-thread record.
+                assert!(r.ratio_to_best_kernel.is_some(), "{r:?}");
+                assert_eq!(r.ratio_to_limit, None, "{r:?}");
+            }
+        }
+    }
+    let table = format_table(&records);
+    assert!(
+        table.lines().next().unwrap().contains("vs 1 thread"),
+        "{table}"
+    );
+    assert!(
+        table.contains("2 disjoint") && table.contains("2 shared"),
+        "{table}"
+    );
+    assert_empty(shm.path());
+}
+
+#[test]
+fn tmpfs_threads_each_do_their_share_of_a_shared_unlink() {
+    let shm = shm_tempdir();
+    let mut cfg = tiny(vec![TargetSpec::Tmpfs], shm.path());
+    cfg.threads = 2;
+    cfg.workloads = vec!["unlink".into()];
+    cfg.seconds = 2.0;
+    let records = run(&cfg, &mut |_| {}).unwrap();
+    // 40 files + a reserve of 4: each of two threads warms up on 2 and times 20.
+    let shared = records
+        .iter()
+        .find(|r| r.sharing == Some(Sharing::Shared))
+        .unwrap();
+    assert_eq!(shared.ops, 40, "{shared:?}");
+    let disjoint = records
+        .iter()
+        .find(|r| r.sharing == Some(Sharing::Disjoint))
+        .unwrap();
+    // Disjoint: each thread its own 20 files and a reserve of 2.
+    assert_eq!(disjoint.ops, 40, "{disjoint:?}");
     assert_empty(shm.path());
 }
