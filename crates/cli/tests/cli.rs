@@ -28,7 +28,7 @@ fn mkfs_16m(image: &Path) {
 #[test]
 fn mkfs_mapping_shows_in_info_and_fsck_is_clean() {
     let dir = tempfile::tempdir().unwrap();
-    for mapping in ["extent", "radix"] {
+    for mapping in ["extent", "radix", "cuckoo"] {
         let image = dir.path().join(format!("{mapping}.img"));
         let img = image.to_str().unwrap();
         let out = nvmfs(&["mkfs", "--size", "16M", "--mapping", mapping, img]);
