@@ -802,48 +802,61 @@ pub fn census(
         counts: vec![0; geo.inode_count as usize],
     };
     let mut keys = hashbrown::HashSet::new();
-    let mut runs = hashbrown::HashMap::new();
-    let mut singles = Vec::new();
+    let mut entries = Vec::new();
     for s in 0..t.slots() {
         let (k, w) = t.read(pm, s);
         if k == 0 {
             continue;
         }
         let off = t.key_off(s);
-        let (key, v) = match check_entry(&t, geo, s, k, w) {
-            Ok(e) => e,
+        match check_entry(&t, geo, s, k, w) {
             Err(what) => {
                 let ino = Key::split(k).map_or(0, |key| key.ino);
                 on_bad(ino, corrupted(format!("cuckoo slot {s}: {what}"), off));
-                continue;
             }
-        };
-        if !keys.insert(k) {
-            on_bad(
+            Ok((key, _)) if !keys.insert(k) => on_bad(
                 key.ino,
                 corrupted(format!("cuckoo slot {s}: key {k:#x} twice"), off),
-            );
-            continue;
+            ),
+            Ok((key, v)) => entries.push((key, v, off)),
         }
-        if key.run {
-            runs.insert((key.ino, key.x), (v.off, v.off + v.len));
-        } else {
-            singles.push((key.ino, key.x as u64, off));
-        }
-        count_entry(geo, &mut c, key, v, on_bad, on_map);
     }
-    for (ino, l, off) in singles {
-        let inside = runs
-            .get(&(ino, (l / CHUNK) as u32))
-            .is_some_and(|&(a, b)| (a..b).contains(&(l % CHUNK)));
-        if inside {
-            on_bad(
-                ino,
+    let runs: hashbrown::HashMap<(u32, u32), Val> = entries
+        .iter()
+        .filter(|(key, v, _)| key.run && !v.pending)
+        .map(|&(key, v, _)| ((key.ino, key.x), v))
+        .collect();
+    // Published entries first, so that a pending one can be told from a conflict.
+    entries.sort_by_key(|e| e.1.pending);
+    for (key, v, off) in entries {
+        let l = key.base() + v.off;
+        let run = runs
+            .get(&(key.ino, (l / CHUNK) as u32))
+            .filter(|r| !key.run && (r.off..r.off + r.len).contains(&(l % CHUNK)));
+        match run {
+            // `publish` grew the run by this claim and a crash came before the claim's
+            // pending slot was cleared: recovery drops the slot.
+            Some(r) if v.pending && r.pstart + (l % CHUNK - r.off) == v.pstart => {
+                on_map(
+                    key.ino,
+                    Reach::Data {
+                        lblk: l,
+                        pblk: v.pstart,
+                        pending: true,
+                    },
+                );
+            }
+            Some(_) => on_bad(
+                key.ino,
                 corrupted(
-                    format!("cuckoo: block {l} of inode {ino} mapped by a run and an entry"),
+                    format!(
+                        "cuckoo: block {l} of inode {} mapped by a run and an entry",
+                        key.ino
+                    ),
                     off,
                 ),
-            );
+            ),
+            None => count_entry(geo, &mut c, key, v, on_bad, on_map),
         }
     }
     c
