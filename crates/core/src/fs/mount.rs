@@ -94,11 +94,7 @@ fn uuid() -> [u8; 16] {
 fn plan(blocks: u64, opts: &FormatOptions) -> io::Result<Geometry> {
     let invalid = |e| io::Error::new(io::ErrorKind::InvalidInput, e);
     let geo = Geometry::compute(blocks, opts.inode_count).map_err(invalid)?;
-    match opts.mapping {
-        MappingKind::HashFs => {}
-        MappingKind::Cuckoo => crate::mapping::cuckoo::check_fits(&geo).map_err(invalid)?,
-        _ => tree::check_fits(&geo).map_err(invalid)?,
-    }
+    opts.mapping.check_fits(&geo).map_err(invalid)?;
     layout_permille(opts).map_err(invalid)?;
     Ok(geo)
 }

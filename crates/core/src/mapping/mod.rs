@@ -73,6 +73,15 @@ impl MappingKind {
         MappingKind::ALL.into_iter().find(|k| k.code() == code)
     }
 
+    /// Checks that the mapping's structures fit geometry `geo` (mkfs, superblock decode).
+    pub fn check_fits(self, geo: &Geometry) -> Result<(), String> {
+        match self {
+            MappingKind::HashFs => Ok(()),
+            MappingKind::Extent | MappingKind::Radix => tree::check_fits(geo),
+            MappingKind::Cuckoo => cuckoo::check_fits(geo),
+        }
+    }
+
     /// True for the mappings whose blocks come from the block allocator.
     pub fn uses_allocator(self) -> bool {
         self != MappingKind::HashFs
