@@ -292,6 +292,8 @@ pub struct Cuckoo {
     base: Base,
     lock: Mutex<()>,
     seq: AtomicU64,
+    /// Entries moved by displacement paths since mount (tests, lab).
+    moved: AtomicU64,
 }
 
 fn enospc(why: &str) -> io::Error {
@@ -308,6 +310,7 @@ impl Cuckoo {
             base: Base::new(geo, alloc),
             lock: Mutex::new(()),
             seq: AtomicU64::new(0),
+            moved: AtomicU64::new(0),
         }
     }
 
@@ -318,6 +321,11 @@ impl Cuckoo {
 
     pub fn table(&self) -> Table {
         self.t
+    }
+
+    /// Entries moved by displacement paths since mount.
+    pub fn moved(&self) -> u64 {
+        self.moved.load(Ordering::Relaxed)
     }
 
     /// A physical block to aim a claim for (`ino`, `lblk`) at: after the previous claim,
@@ -567,6 +575,7 @@ impl<'a> Batch<'a> {
             let src = steps[leaf].via;
             let (ek, ev) = self.read(src);
             self.write(dst, ek, ev);
+            self.c.moved.fetch_add(1, Ordering::Relaxed);
             dst = src;
             leaf = steps[leaf].parent;
         }
@@ -1165,6 +1174,7 @@ mod tests {
         r.unmap(0, 2);
         r.check();
         assert!(r.entries() > n / 2);
+        assert!(r.map.moved() > 0, "no displacement happened");
     }
 
     #[test]
@@ -1200,6 +1210,40 @@ mod tests {
         r.map = Cuckoo::new(&r.geo, a);
         r.check();
         assert_eq!(r.entries(), 0);
+    }
+
+    /// Threads map one entry per block (no two blocks contiguous) into a table filling up to
+    /// ~65%, so inserts displace other threads' entries while those threads look theirs up:
+    /// the seqlock must never let a lookup miss or mistranslate.
+    #[test]
+    fn lookups_race_displacements() {
+        let r = rig();
+        let free = r.geo.data_blocks - r.map.table().ext_blocks;
+        let per = free * 65 / 100 / 4;
+        std::thread::scope(|s| {
+            for t in 0..4u32 {
+                let r = &r;
+                s.spawn(move || {
+                    let ino = 10 + t;
+                    let mut mine = Vec::new();
+                    for i in 0..per {
+                        let l = (i * 2) as u32;
+                        r.map.reserve(1).unwrap();
+                        let c = r.map.claim(&r.pm, &r.journal, ino, l).unwrap();
+                        r.map.publish(&r.pm, &r.journal, c, ino, l);
+                        mine.push((l, c.pblk));
+                        for &(l, p) in mine.iter().rev().step_by(97).take(8) {
+                            assert_eq!(r.map.lookup(&r.pm, ino, l), Some(p), "t{t} lblk {l}");
+                        }
+                    }
+                    for (l, p) in mine {
+                        assert_eq!(r.map.lookup(&r.pm, ino, l), Some(p));
+                    }
+                });
+            }
+        });
+        census(&r.pm, &r.geo, &mut |_, e| panic!("{e}"), &mut |_, _| {});
+        assert!(r.map.moved() > 0, "no displacement happened");
     }
 
     #[test]
