@@ -89,6 +89,7 @@ fn tree_growth_under_crashes() {
         nvmfs_crashtest::tree_growth(MappingKind::Extent, 270),
         nvmfs_crashtest::tree_growth(MappingKind::Radix, 270),
         nvmfs_crashtest::tree_growth(MappingKind::Cuckoo, 270),
+        nvmfs_crashtest::cuckoo_fill(180),
     ];
     let s = run(&list, 2, &|_, _| {});
     assert!(

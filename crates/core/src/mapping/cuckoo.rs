@@ -402,10 +402,19 @@ impl Cuckoo {
         };
         if to - from <= self.t.slots() / 32 {
             for c in from / CHUNK..=(to - 1) / CHUNK {
+                // Blocks the chunk's run maps have no BLOCK entry: no probe for them.
+                let mut run = 0..0;
                 if let Some((s, w)) = self.t.find(pm, run_key(ino, c * CHUNK)) {
+                    let v = Val::split(w);
+                    if !v.pending {
+                        run = c * CHUNK + v.off..c * CHUNK + v.off + v.len;
+                    }
                     take(s, run_key(ino, c * CHUNK), w);
                 }
                 for l in from.max(c * CHUNK)..to.min((c + 1) * CHUNK) {
+                    if run.contains(&l) {
+                        continue;
+                    }
                     if let Some((s, w)) = self.t.find(pm, block_key(ino, l)) {
                         take(s, block_key(ino, l), w);
                     }
