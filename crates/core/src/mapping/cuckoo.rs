@@ -21,7 +21,7 @@
 //! has 1.25 slots per data block, so even with every block in its own entry it is at most 80%
 //! full; an insert that still finds no path fails with ENOSPC ("cuckoo table full").
 //!
-//! Crash consistency (FORMAT.md §5c). The key word is the valid flag: a new entry's value is
+//! Crash consistency (FORMAT.md §6b). The key word is the valid flag: a new entry's value is
 //! stored before its key. A claim inserts its entry with the PENDING bit set in the value
 //! (invisible to lookups); publishing clears the bit with one 8-byte store, so `publish_in`
 //! is one staged word. Growing a run by the next contiguous block (`publish`) is one store of
@@ -164,7 +164,7 @@ impl Val {
     }
 }
 
-/// Where the table is (FORMAT.md §5c): after the bitmap, running on into the first
+/// Where the table is (FORMAT.md §6b): after the bitmap, running on into the first
 /// `ext_blocks` data blocks, which the bitmap marks used for good.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Table {
@@ -296,6 +296,7 @@ pub struct Cuckoo {
     moved: AtomicU64,
 }
 
+/// ENOSPC that says why: `StorageFull` with a message (`errno_of` maps it to ENOSPC).
 fn enospc(why: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::StorageFull,
@@ -1253,6 +1254,28 @@ mod tests {
         });
         census(&r.pm, &r.geo, &mut |_, e| panic!("{e}"), &mut |_, _| {});
         assert!(r.map.moved() > 0, "no displacement happened");
+    }
+
+    /// With both buckets of a new key full of entries that cannot move, the claim fails with
+    /// ENOSPC and a reason, and gives its block back.
+    #[test]
+    fn no_displacement_path_is_enospc() {
+        let r = rig();
+        let t = r.map.table();
+        let k = run_key(INO, 0);
+        for b in t.buckets_of(k) {
+            for s in b * SLOTS_PER_BUCKET..(b + 1) * SLOTS_PER_BUCKET {
+                r.pm.store_u64(t.val_off(s), Val::single(t.ext_blocks, 0).word());
+                r.pm.store_u64(t.key_off(s), block_key(60, s));
+            }
+        }
+        let used = r.map.used_blocks();
+        r.map.reserve(1).unwrap();
+        let e = r.map.claim(&r.pm, &r.journal, INO, 0).unwrap_err();
+        r.map.unreserve(1);
+        assert_eq!(crate::fs::errno_of(&e), libc::ENOSPC);
+        assert!(e.to_string().contains("cuckoo table full"), "{e}");
+        assert_eq!(r.map.used_blocks(), used);
     }
 
     #[test]
