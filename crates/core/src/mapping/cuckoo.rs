@@ -690,7 +690,11 @@ impl FileMap for Cuckoo {
     fn abandon(&self, pm: &Pm, _journal: &Journal, c: Claim, ino: u32, lblk: u32) {
         let _g = self.lock.lock();
         if let Some((s, _, _)) = self.pending_slot(pm, c, ino, lblk as u64) {
+            // Under the seqlock: a lookup that matched the key must not take the cleared
+            // value for a mapping of block 0.
+            let m = Moving::new(&self.seq);
             self.clear_slot(pm, s);
+            drop(m);
             pm.fence();
             self.base.alloc.release(pm, c.pblk);
         }
