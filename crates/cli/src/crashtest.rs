@@ -50,9 +50,9 @@ pub struct Args {
     /// (internal) run the process-kill child workload on IMAGE
     #[arg(long, value_name = "IMAGE", hide = true)]
     kill_child: Option<PathBuf>,
-    /// File mapping of the images: hashfs, extent or radix
+    /// File mapping of the images: hashfs, extent, radix or cuckoo
     #[arg(long, value_name = "MAPPING", default_value = "hashfs",
-        value_parser = ["hashfs", "extent", "radix"])]
+        value_parser = ["hashfs", "extent", "radix", "cuckoo"])]
     mapping: String,
     /// Worker threads
     #[arg(long, value_name = "T", default_value_t = 2)]

@@ -172,7 +172,8 @@ struct Mapping {
     probe_length_mean_slots: f64,
     probe_length_max_slots: u64,
     probe_histogram: Vec<Bucket>,
-    /// Tree mappings (extent, radix): blocks holding tree nodes.
+    /// Tree mappings (extent, radix): blocks holding tree nodes; cuckoo: data blocks holding
+    /// the end of its table.
     tree_node_blocks: u64,
     /// Tree mappings: data blocks the trees map.
     tree_data_blocks: u64,
@@ -355,9 +356,15 @@ impl Summary {
                 format!(" ({} entries)", r.hash_table.entries),
             );
         } else {
-            // The same blocks hold the tree mappings' bitmap and root table (FORMAT.md §6a).
+            // The same blocks hold the tree mappings' bitmap and root table (FORMAT.md §6a),
+            // or the bitmap and the start of the cuckoo table (§6b).
+            let what = if m.name == "cuckoo" {
+                "bitmap+table"
+            } else {
+                "bitmap+roots"
+            };
             region(
-                "bitmap+roots",
+                what,
                 &r.hash_table.region,
                 format!(" ({} bitmap bits)", r.hash_table.entries),
             );
@@ -389,7 +396,11 @@ impl Summary {
         let _ = writeln!(s, "\nmapping:        {}", m.name);
         if m.name != "hashfs" {
             let _ = writeln!(s, "  blocks used:  {:.2}% (bitmap)", m.load_factor * 100.0);
-            let _ = writeln!(s, "  tree nodes:   {} blocks", m.tree_node_blocks);
+            if m.name == "cuckoo" {
+                let _ = writeln!(s, "  table:        {} data blocks", m.tree_node_blocks);
+            } else {
+                let _ = writeln!(s, "  tree nodes:   {} blocks", m.tree_node_blocks);
+            }
             let _ = writeln!(s, "  mapped data:  {} blocks", m.tree_data_blocks);
             return s;
         }

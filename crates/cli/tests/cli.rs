@@ -28,7 +28,7 @@ fn mkfs_16m(image: &Path) {
 #[test]
 fn mkfs_mapping_shows_in_info_and_fsck_is_clean() {
     let dir = tempfile::tempdir().unwrap();
-    for mapping in ["extent", "radix"] {
+    for mapping in ["extent", "radix", "cuckoo"] {
         let image = dir.path().join(format!("{mapping}.img"));
         let img = image.to_str().unwrap();
         let out = nvmfs(&["mkfs", "--size", "16M", "--mapping", mapping, img]);
@@ -39,15 +39,18 @@ fn mkfs_mapping_shows_in_info_and_fsck_is_clean() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["mapping"]["name"], mapping);
         assert_eq!(
-            v["mapping"]["tree_node_blocks"], 0,
+            v["mapping"]["tree_data_blocks"], 0,
             "a fresh image maps nothing"
         );
+        // The cuckoo table's blocks in the data region show where tree nodes would.
+        let (nodes, label) = match mapping {
+            "cuckoo" => (v["mapping"]["tree_node_blocks"].as_u64().unwrap(), "table:"),
+            _ => (0, "tree nodes"),
+        };
+        assert_eq!(v["mapping"]["tree_node_blocks"], nodes);
+        assert!(mapping != "cuckoo" || nodes > 0, "cuckoo table blocks");
         let out = nvmfs(&["info", img]);
-        assert!(
-            text(&out.stdout).contains("tree nodes"),
-            "{}",
-            text(&out.stdout)
-        );
+        assert!(text(&out.stdout).contains(label), "{}", text(&out.stdout));
         let out = nvmfs(&["fsck", "-n", img]);
         assert_eq!(out.status.code(), Some(0), "fsck: {}", text(&out.stdout));
     }

@@ -12,7 +12,7 @@ use crate::layout::superblock::{Geometry, STATE_BLOCK};
 use crate::layout::BLOCK_SIZE;
 use crate::mapping::hashfs::{self, HashFs, RESERVED, TOMBSTONE};
 use crate::mapping::tree::{self, BlockTree, Reach};
-use crate::mapping::{balloc, extent, radix, MappingKind};
+use crate::mapping::{balloc, cuckoo, extent, radix, MappingKind};
 use crate::media::{FlushKind, MediaMode, Pm};
 
 /// Probe-length histogram buckets: 1, 2, 3-4, 5-8, 9-16, 17-64, >64 slots.
@@ -119,6 +119,7 @@ pub fn inspect_pm(pm: &Pm) -> io::Result<Info> {
         MappingKind::HashFs => scan_table(pm, &geo, &mut info),
         MappingKind::Extent => scan_trees(&extent::Extent::new(), pm, &geo, &mut info),
         MappingKind::Radix => scan_trees(&radix::Radix, pm, &geo, &mut info),
+        MappingKind::Cuckoo => scan_cuckoo(pm, &geo, &mut info),
     }
     Ok(info)
 }
@@ -146,6 +147,20 @@ fn scan_trees<T: BlockTree>(t: &T, pm: &Pm, geo: &Geometry, info: &mut Info) {
         Reach::Node(_) => info.tree_nodes += 1,
         Reach::Data { .. } => info.tree_data_blocks += 1,
     });
+    info.blocks_used = (0..geo.data_blocks)
+        .filter(|&b| balloc::bit(pm, geo, b))
+        .count() as u64;
+    info.load_factor = info.blocks_used as f64 / geo.data_blocks as f64;
+}
+
+/// Counts mapped blocks; the table's blocks in the data region count as its nodes.
+fn scan_cuckoo(pm: &Pm, geo: &Geometry, info: &mut Info) {
+    cuckoo::census(pm, geo, &mut |_, _| {}, &mut |_, r| {
+        if let Reach::Data { .. } = r {
+            info.tree_data_blocks += 1
+        }
+    });
+    info.tree_nodes = cuckoo::Table::of(geo).ext_blocks;
     info.blocks_used = (0..geo.data_blocks)
         .filter(|&b| balloc::bit(pm, geo, b))
         .count() as u64;

@@ -367,6 +367,11 @@ fn seed_1_radix_tree() {
     run_on(1, nvmfs::MappingKind::Radix);
 }
 
+#[test]
+fn seed_1_cuckoo_table() {
+    run_on(1, nvmfs::MappingKind::Cuckoo);
+}
+
 /// Reruns the seed in FSX_SEED (does nothing without it).
 #[test]
 fn seed_env() {

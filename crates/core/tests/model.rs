@@ -473,4 +473,9 @@ proptest! {
     fn radix_tree_matches_model(ops in prop::collection::vec(op(), 1..80)) {
         run(&ops, MappingKind::Radix);
     }
+
+    #[test]
+    fn cuckoo_table_matches_model(ops in prop::collection::vec(op(), 1..80)) {
+        run(&ops, MappingKind::Cuckoo);
+    }
 }

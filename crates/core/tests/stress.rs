@@ -73,7 +73,16 @@ fn check_survivors(fs: &Fs) {
 
 #[test]
 fn parallel_disjoint_and_shared_directories() {
-    let fs = mem_fs(256, 16_384);
+    parallel_on(mem_fs(256, 16_384));
+}
+
+/// The same on the cuckoo mapping: one global table that every thread's writes change.
+#[test]
+fn parallel_disjoint_and_shared_directories_cuckoo() {
+    parallel_on(mem_fs_with(256, 16_384, nvmfs::MappingKind::Cuckoo));
+}
+
+fn parallel_on(fs: Fs) {
     fs.create_dir("/shared").unwrap();
     let ok = Arc::new(AtomicU64::new(0));
     let hs: Vec<_> = (0..THREADS)

@@ -101,6 +101,18 @@ pub fn tree_growth(mapping: MappingKind, extents: usize) -> Workload {
     }
 }
 
+/// Fills most of a small image's cuckoo table with single-block entries (one sparse write
+/// each, every operation crash-checked), so inserts displace entries under the crash checker.
+pub fn cuckoo_fill(entries: usize) -> Workload {
+    Workload {
+        id: format!("cuckoo fill: {entries} sparse appends on a 1 MiB image"),
+        ops: vec![Op::Sparse("/bar", 4096, 1); entries],
+        depth: oracle::RecoveryDepth::FirstPerOperation,
+        mapping: MappingKind::Cuckoo,
+        image_bytes: 1 << 20,
+    }
+}
+
 /// Totals of a run.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Summary {

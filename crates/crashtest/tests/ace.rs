@@ -51,9 +51,16 @@ fn ace_seq1_all_radix_tree() {
 }
 
 #[test]
+fn ace_seq1_all_cuckoo_table() {
+    let s = check_on(Suite::Seq1, None, MappingKind::Cuckoo);
+    assert_eq!(s.workloads, nvmfs_crashtest::ace::seq1().len());
+}
+
+#[test]
 fn ace_seq2_sample_tree_mappings() {
     check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Extent);
     check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Radix);
+    check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Cuckoo);
 }
 
 /// Random sequences on each tree mapping; `TREE_RANDOM=N` runs N per mapping (default 40).
@@ -66,6 +73,11 @@ fn random_sequences_sample_tree_mappings() {
         MappingKind::Extent,
     );
     check_on(Suite::Random { count, seed: 201 }, None, MappingKind::Radix);
+    check_on(
+        Suite::Random { count, seed: 301 },
+        None,
+        MappingKind::Cuckoo,
+    );
 }
 
 #[test]
@@ -76,6 +88,8 @@ fn tree_growth_under_crashes() {
     let list = vec![
         nvmfs_crashtest::tree_growth(MappingKind::Extent, 270),
         nvmfs_crashtest::tree_growth(MappingKind::Radix, 270),
+        nvmfs_crashtest::tree_growth(MappingKind::Cuckoo, 270),
+        nvmfs_crashtest::cuckoo_fill(180),
     ];
     let s = run(&list, 2, &|_, _| {});
     assert!(

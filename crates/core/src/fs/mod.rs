@@ -86,6 +86,8 @@ pub fn errno_of(e: &io::Error) -> i32 {
         io::ErrorKind::InvalidInput => libc::EINVAL,
         io::ErrorKind::OutOfMemory => libc::ENOMEM,
         io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
+        // A full mapping structure (the cuckoo table) says why, and is still ENOSPC.
+        io::ErrorKind::StorageFull => libc::ENOSPC,
         _ => libc::EIO,
     }
 }

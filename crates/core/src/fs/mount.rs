@@ -94,9 +94,7 @@ fn uuid() -> [u8; 16] {
 fn plan(blocks: u64, opts: &FormatOptions) -> io::Result<Geometry> {
     let invalid = |e| io::Error::new(io::ErrorKind::InvalidInput, e);
     let geo = Geometry::compute(blocks, opts.inode_count).map_err(invalid)?;
-    if opts.mapping.uses_allocator() {
-        tree::check_fits(&geo).map_err(invalid)?;
-    }
+    opts.mapping.check_fits(&geo).map_err(invalid)?;
     layout_permille(opts).map_err(invalid)?;
     Ok(geo)
 }
@@ -108,7 +106,7 @@ fn layout_permille(opts: &FormatOptions) -> Result<Option<u32>, String> {
     };
     if !opts.mapping.uses_allocator() {
         return Err(format!(
-            "a layout score needs a mapping with a block allocator (extent or radix), not {}",
+            "a layout score needs a mapping with a block allocator (extent, radix or cuckoo), not {}",
             opts.mapping
         ));
     }
@@ -120,8 +118,12 @@ fn layout_permille(opts: &FormatOptions) -> Result<Option<u32>, String> {
 
 /// Writes a fresh file system into `pm` (all zero on entry). An all-zero mapping region is an
 /// empty table for every mapping: HashFS's free slots, or the tree mappings' empty bitmap and
-/// root table.
+/// root table, the cuckoo mapping's empty table (whose blocks in the data region are marked
+/// used in the bitmap here).
 fn write_fresh(pm: &Pm, geo: &Geometry, opts: &FormatOptions) {
+    if opts.mapping == MappingKind::Cuckoo {
+        crate::mapping::cuckoo::format(pm, geo);
+    }
     let mut sb = Superblock::new(geo.clone(), uuid(), now_ns() as u64).with_mapping(opts.mapping);
     sb.layout_score_permille = layout_permille(opts).expect("checked by plan");
     let sb = sb.encode();
@@ -693,6 +695,11 @@ fn open_tree(
             let t = radix::Radix;
             let alloc = scatter(tree::recover(&t, pm, geo, recover, report)?);
             Box::new(TreeMap::new(t, geo, alloc))
+        }
+        MappingKind::Cuckoo => {
+            use crate::mapping::cuckoo;
+            let alloc = scatter(cuckoo::recover(pm, geo, recover, report)?);
+            Box::new(cuckoo::Cuckoo::new(geo, alloc))
         }
         MappingKind::HashFs => unreachable!("HashFS is opened by open_hashfs"),
     })

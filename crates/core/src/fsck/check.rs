@@ -10,10 +10,10 @@ use crate::layout::dentry::{self, Header, UNITS_PER_BLOCK, UNIT_SIZE};
 use crate::layout::inode::{FileType, Inode, INODE_SIZE};
 use crate::layout::state::{MountState, STATE_CLEAN, STATE_LEN};
 use crate::layout::superblock::{Geometry, Superblock, REPLICA_BLOCK, ROOT_INO, STATE_BLOCK};
-use crate::layout::BLOCK_SIZE;
+use crate::layout::{Corrupted, BLOCK_SIZE};
 use crate::mapping::hashfs::{self, HashFs, RESERVED};
-use crate::mapping::tree::{self, BlockTree, Reach};
-use crate::mapping::{balloc, extent, open_view, radix, FileMap, MappingKind};
+use crate::mapping::tree::{self, BlockTree, Census, Reach};
+use crate::mapping::{balloc, cuckoo, extent, open_view, radix, FileMap, MappingKind};
 use crate::media::Pm;
 
 /// Checks the image in `pm`, which it may write (recovery runs on it).
@@ -62,6 +62,18 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
             check_trees(&extent::Extent::new(), pm, &geo, &inodes, unclean, &mut r)
         }
         MappingKind::Radix => check_trees(&radix::Radix, pm, &geo, &inodes, unclean, &mut r),
+        MappingKind::Cuckoo => {
+            let mut census = |bad: &mut dyn FnMut(u32, Corrupted),
+                              map: &mut dyn FnMut(u32, Reach)| {
+                cuckoo::census(pm, &geo, bad, map)
+            };
+            let m = Mapped {
+                kind: sb.mapping,
+                noun: "table",
+                stray: 0,
+            };
+            check_mapped(m, pm, &geo, &inodes, unclean, &mut r, &mut census)
+        }
     };
     check_block_counts(&geo, &inodes, &counts, unclean, &mut r);
     let map = open_view(sb.mapping, &geo);
@@ -259,7 +271,7 @@ fn check_trees<T: BlockTree>(
     unclean: bool,
     r: &mut FsckReport,
 ) -> Vec<u64> {
-    let (mut stray, mut pending, mut bad) = (0u64, 0u64, Vec::new());
+    let mut stray = 0u64;
     for ino in 1..geo.inode_count as u32 {
         let off = tree::root_off(geo, ino);
         let free =
@@ -276,29 +288,56 @@ fn check_trees<T: BlockTree>(
             }
         }
     }
-    let c = tree::census(
-        t,
-        pm,
-        geo,
-        &mut |ino, e| bad.push((ino, e)),
-        &mut |ino, reach| {
-            let Reach::Data {
-                lblk, pending: p, ..
-            } = reach
-            else {
-                return;
-            };
-            let owner = inodes[ino as usize].as_ref();
-            if p {
-                pending += 1;
-            } else if owner.is_none_or(|i| lblk >= allowed_blocks(i)) {
-                stray += 1;
-            }
-        },
-    );
+    let mut census = |bad: &mut dyn FnMut(u32, Corrupted), map: &mut dyn FnMut(u32, Reach)| {
+        tree::census(t, pm, geo, bad, map)
+    };
+    let m = Mapped {
+        kind: T::KIND,
+        noun: "tree",
+        stray,
+    };
+    check_mapped(m, pm, geo, inodes, unclean, r, &mut census)
+}
+
+/// Which mapping `check_mapped` checks, and the strays found before the census.
+struct Mapped {
+    kind: MappingKind,
+    noun: &'static str,
+    stray: u64,
+}
+
+type CensusFn<'a> =
+    dyn FnMut(&mut dyn FnMut(u32, Corrupted), &mut dyn FnMut(u32, Reach)) -> Census + 'a;
+
+/// What the allocator mappings share: damage reports from the census, pending claims and
+/// mappings past EOF, and the bitmap against the blocks the mapping reaches.
+fn check_mapped(
+    m: Mapped,
+    pm: &Pm,
+    geo: &Geometry,
+    inodes: &[Option<Inode>],
+    unclean: bool,
+    r: &mut FsckReport,
+    census: &mut CensusFn<'_>,
+) -> Vec<u64> {
+    let (mut stray, mut pending, mut bad) = (m.stray, 0u64, Vec::new());
+    let c = census(&mut |ino, e| bad.push((ino, e)), &mut |ino, reach| {
+        let Reach::Data {
+            lblk, pending: p, ..
+        } = reach
+        else {
+            return;
+        };
+        let owner = inodes[ino as usize].as_ref();
+        if p {
+            pending += 1;
+        } else if owner.is_none_or(|i| lblk >= allowed_blocks(i)) {
+            stray += 1;
+        }
+    });
     for (ino, e) in bad {
         r.problem(
-            format!("{} tree of inode {ino}: {}", T::KIND, e.what),
+            format!("{} {} of inode {ino}: {}", m.kind, m.noun, e.what),
             e.offset,
         );
     }
@@ -323,7 +362,10 @@ fn check_trees<T: BlockTree>(
         .count();
     if differ > 0 {
         recovery(
-            format!("block bitmap differs from the blocks the trees reach in {differ} block(s)"),
+            format!(
+                "block bitmap differs from the blocks the {} reaches in {differ} block(s)",
+                m.kind
+            ),
             r,
         );
     }

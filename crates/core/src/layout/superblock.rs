@@ -323,9 +323,7 @@ impl Superblock {
         };
         geo.validate(offset)?;
         let mapping = decode_mapping(b, incompat).map_err(|w| bad(&w))?;
-        if mapping.uses_allocator() {
-            crate::mapping::tree::check_fits(&geo).map_err(|w| bad(&w))?;
-        }
+        mapping.check_fits(&geo).map_err(|w| bad(&w))?;
         let layout_score_permille = match get_u32(b, O_LAYOUT_SCORE) {
             0 => None,
             v if v <= 1001 && mapping.uses_allocator() => Some(v - 1),

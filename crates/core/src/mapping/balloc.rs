@@ -172,6 +172,13 @@ impl BlockAlloc {
         self.alloc(pm, goal).inspect_err(|_| self.unreserve(1))
     }
 
+    /// Gives back a block just allocated by `alloc` but not used, keeping its reservation
+    /// (the caller returns that with `unreserve`).
+    pub fn unalloc(&self, pm: &Pm, b: u64) {
+        self.release(pm, b);
+        self.used.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Returns block `b` to the free pool and clears its bit (written back, not fenced). The
     /// caller has made every pointer to `b` durably gone first. A block outside the data
     /// region or already free is left alone: only damaged media (a tree pointing where the

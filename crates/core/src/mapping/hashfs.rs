@@ -39,7 +39,7 @@ pub fn split_key(v: u64) -> Option<(u32, u32)> {
 /// splitmix64's finaliser: every key bit affects every hash bit, so the home groups of a
 /// file's runs land in unrelated places and the table stays evenly loaded.
 #[inline]
-fn mix(mut x: u64) -> u64 {
+pub(crate) fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)

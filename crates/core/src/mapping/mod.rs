@@ -4,11 +4,12 @@
 //! (`MappingKind`):
 //! - `hashfs`: one global hash table that is also the block allocator (`hashfs`);
 //! - `extent`: a per-file extent tree with a per-file cursor (`extent`);
-//! - `radix`: a per-file radix tree of block pointers (`radix`).
+//! - `radix`: a per-file radix tree of block pointers (`radix`);
+//! - `cuckoo`: one global cuckoo hash table of ranged entries (`cuckoo`).
 //!
 //! The tree mappings take their data and node blocks from one block allocator (`balloc`: a
 //! bitmap in PM and a volatile free-extent index) and keep each file's root in a root table
-//! (`tree`).
+//! (`tree`); the cuckoo table takes its data blocks from the same allocator.
 //!
 //! The seam. Turning a claimed block into a mapping is either one aligned 8-byte store
 //! (HashFS's key, the radix tree's leaf pointer, the extent tree's "pending" flag) or, for
@@ -19,6 +20,7 @@
 //! the calling thread has one open (a journal lane is one per thread).
 
 pub mod balloc;
+pub mod cuckoo;
 pub mod extent;
 pub mod hashfs;
 pub mod radix;
@@ -37,17 +39,23 @@ pub enum MappingKind {
     HashFs,
     Extent,
     Radix,
+    Cuckoo,
 }
 
 impl MappingKind {
-    pub const ALL: [MappingKind; 3] =
-        [MappingKind::HashFs, MappingKind::Extent, MappingKind::Radix];
+    pub const ALL: [MappingKind; 4] = [
+        MappingKind::HashFs,
+        MappingKind::Extent,
+        MappingKind::Radix,
+        MappingKind::Cuckoo,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             MappingKind::HashFs => "hashfs",
             MappingKind::Extent => "extent",
             MappingKind::Radix => "radix",
+            MappingKind::Cuckoo => "cuckoo",
         }
     }
 
@@ -57,11 +65,21 @@ impl MappingKind {
             MappingKind::HashFs => 0,
             MappingKind::Extent => 1,
             MappingKind::Radix => 2,
+            MappingKind::Cuckoo => 3,
         }
     }
 
     pub fn from_code(code: u32) -> Option<MappingKind> {
         MappingKind::ALL.into_iter().find(|k| k.code() == code)
+    }
+
+    /// Checks that the mapping's structures fit geometry `geo` (mkfs, superblock decode).
+    pub fn check_fits(self, geo: &Geometry) -> Result<(), String> {
+        match self {
+            MappingKind::HashFs => Ok(()),
+            MappingKind::Extent | MappingKind::Radix => tree::check_fits(geo),
+            MappingKind::Cuckoo => cuckoo::check_fits(geo),
+        }
     }
 
     /// True for the mappings whose blocks come from the block allocator.
@@ -76,7 +94,9 @@ impl std::str::FromStr for MappingKind {
         MappingKind::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown mapping {s:?} (expected hashfs, extent or radix)"))
+            .ok_or_else(|| {
+                format!("unknown mapping {s:?} (expected hashfs, extent, radix or cuckoo)")
+            })
     }
 }
 
@@ -87,7 +107,7 @@ impl std::fmt::Display for MappingKind {
 }
 
 /// A claimed block and the value its entry had before the claim (HashFS: free or tombstone;
-/// the tree mappings: 0).
+/// the tree mappings: 0; cuckoo: the slot of its pending entry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Claim {
     pub pblk: u64,
@@ -161,5 +181,6 @@ pub fn open_view(kind: MappingKind, geo: &Geometry) -> Box<dyn FileMap> {
         MappingKind::HashFs => Box::new(hashfs::HashFs::new(geo, 0)),
         MappingKind::Extent => Box::new(tree::TreeMap::view(extent::Extent::new(), geo)),
         MappingKind::Radix => Box::new(tree::TreeMap::view(radix::Radix, geo)),
+        MappingKind::Cuckoo => Box::new(cuckoo::Cuckoo::view(geo)),
     }
 }

@@ -6,9 +6,15 @@ use nvmfs::media::Pm;
 use nvmfs::{FormatOptions, Fs};
 
 pub fn mem_fs(size_mb: u64, inodes: u64) -> Fs {
+    mem_fs_with(size_mb, inodes, Default::default())
+}
+
+#[allow(dead_code)]
+pub fn mem_fs_with(size_mb: u64, inodes: u64, mapping: nvmfs::MappingKind) -> Fs {
     Fs::format_in_memory(&FormatOptions {
         size_bytes: size_mb << 20,
         inode_count: Some(inodes),
+        mapping,
         ..Default::default()
     })
     .unwrap()
