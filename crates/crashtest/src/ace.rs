@@ -1,11 +1,25 @@
 //! ACE workloads for persistent memory (CrashMonkey/Chipmunk): single operations (seq-1) and
-//! ordered pairs (seq-2) of creat, mkdir, falloc, write (append, overwrite, sparse), link,
-//! unlink, rename, truncate and rmdir over a small namespace, run on a pre-populated image;
-//! plus random sequences drawn from the same operations.
+//! ordered pairs (seq-2) of creat, mkdir, mknod, symlink, falloc (KEEP_SIZE and mode 0),
+//! punch hole, write (append, overwrite, sparse), direct-map store + sync, link, unlink
+//! (also while open), rename (plain, exchange, noreplace), truncate, chmod, chown, utimens
+//! and rmdir over a small namespace, run on a pre-populated image; plus random sequences
+//! drawn from the same operations.
+//!
+//! Every operation of a workload must succeed and change the tree (the oracle reports a
+//! failed or no-op operation as a violation): seq-2 keeps only the pairs whose second
+//! operation still applies after the first, and random sequences draw only operations that
+//! apply at their point (see [`valid`]).
 
 use std::io;
+use std::sync::OnceLock;
 
-use nvmfs::{Fs, OpenOptions};
+use nvmfs::{Fs, MappingKind, OpenOptions, RenameFlags, SetTime};
+
+use crate::oracle::{self, Loose, Tree};
+
+/// A symlink target too long to be stored inline (more than 40 bytes): it needs a data block.
+pub const LONG_TARGET: &str =
+    "a/long/symlink/target/that/needs/its/own/data/block/because/it/is/long";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -23,18 +37,72 @@ pub enum Op {
     Rename(&'static str, &'static str),
     Truncate(&'static str, u64),
     Rmdir(&'static str),
+    /// chmod to the permission bits.
+    Chmod(&'static str, u32),
+    /// chown to (uid, gid).
+    Chown(&'static str, u32, u32),
+    /// utimensat with explicit (atime, mtime) in nanoseconds.
+    Utimens(&'static str, i64, i64),
+    /// mknod with (mode including the type, rdev).
+    Mknod(&'static str, u32, u64),
+    /// symlink(target, link).
+    Symlink(&'static str, &'static str),
+    /// fallocate(PUNCH_HOLE | KEEP_SIZE) of [off, off+len): not atomic (GUARANTEES.md §4).
+    Punch(&'static str, u64, u64),
+    /// fallocate mode 0 of [off, off+len): may grow the size.
+    FallocGrow(&'static str, u64, u64),
+    /// rename with RENAME_EXCHANGE.
+    Exchange(&'static str, &'static str),
+    /// rename with RENAME_NOREPLACE.
+    RenameNoreplace(&'static str, &'static str),
+    /// Open, unlink, write through the handle, close (frees the inode at the close).
+    UnlinkOpen(&'static str),
+    /// Direct map of the file, store `len` bytes at `off`, sync, drop the map.
+    DirectStore(&'static str, u64, usize),
+}
+
+fn split(p: &str) -> (&str, &[u8]) {
+    let i = p.rfind('/').expect("absolute path");
+    (if i == 0 { "/" } else { &p[..i] }, &p.as_bytes()[i + 1..])
 }
 
 impl Op {
-    /// The file whose bytes a crash may leave mixed, if any.
-    pub fn torn_file(&self) -> Option<&'static str> {
-        match self {
-            Op::Overwrite(p, ..) => Some(p),
-            _ => None,
+    /// What a crash in the middle may leave of the one inode the operation changes outside
+    /// the journal (GUARANTEES.md §3, §3a, §4), given the state before it.
+    pub fn loose(&self, before: &Tree) -> Loose {
+        let ino = |p: &str| before.get(p).map(|e| e.ino);
+        let size = |p: &str| before.get(p).map_or(0, |e| e.size);
+        match *self {
+            // In place: each word old or new; times stored after the data.
+            Op::Overwrite(p, off, len) | Op::DirectStore(p, off, len) => Loose {
+                ino: ino(p),
+                times: true,
+                torn: Some((off, len as u64)),
+            },
+            // Not atomic: any part of the range may read as zeros already; the transaction
+            // with the block count and times comes last.
+            Op::Punch(p, off, len) => Loose {
+                ino: ino(p),
+                times: true,
+                torn: Some((off, len)),
+            },
+            // The size is stored first, the times after it in the same line.
+            Op::Append(p, _) | Op::Sparse(p, ..) => Loose {
+                ino: ino(p),
+                times: true,
+                torn: None,
+            },
+            Op::Truncate(p, to) if to > size(p) => Loose {
+                ino: ino(p),
+                times: true,
+                torn: None,
+            },
+            _ => Loose::default(),
         }
     }
 
-    fn data(len: usize, seed: u8) -> Vec<u8> {
+    /// The bytes an operation writes (`seed` tells the operations apart).
+    pub fn data(len: usize, seed: u8) -> Vec<u8> {
         (0..len)
             .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
             .collect()
@@ -66,16 +134,91 @@ impl Op {
             Op::Rename(a, b) => fs.rename_path(a, b),
             Op::Truncate(p, size) => open_w(p)?.set_len(size),
             Op::Rmdir(p) => fs.remove_dir(p),
+            Op::Chmod(p, perm) => fs.set_permissions(p, perm),
+            Op::Chown(p, uid, gid) => fs.set_owner(p, Some(uid), Some(gid)),
+            Op::Utimens(p, a, m) => fs.set_times(p, Some(SetTime::At(a)), Some(SetTime::At(m))),
+            Op::Mknod(p, mode, rdev) => {
+                let (dir, name) = split(p);
+                let parent = fs.metadata(dir)?.ino;
+                fs.mknod(parent, name, mode, 1000, 1000, rdev).map(drop)
+            }
+            Op::Symlink(target, p) => fs.symlink_path(target, p),
+            Op::Punch(p, off, len) => open_w(p)?.allocate(
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off,
+                len,
+            ),
+            Op::FallocGrow(p, off, len) => open_w(p)?.allocate(0, off, len),
+            Op::Exchange(a, b) | Op::RenameNoreplace(a, b) => {
+                let ((da, na), (db, nb)) = (split(a), split(b));
+                let (pa, pb) = (fs.metadata(da)?.ino, fs.metadata(db)?.ino);
+                let flags = RenameFlags {
+                    exchange: matches!(self, Op::Exchange(..)),
+                    noreplace: matches!(self, Op::RenameNoreplace(..)),
+                };
+                fs.rename(pa, na, pb, nb, flags)
+            }
+            Op::UnlinkOpen(p) => {
+                let f = OpenOptions::new().read(true).write(true).open(fs, p)?;
+                fs.remove_file(p)?;
+                f.write_all_at(&Self::data(3000, 4), 100)?;
+                let mut back = vec![0; 3000];
+                f.read_exact_at(&mut back, 100)?;
+                if back != Self::data(3000, 4) {
+                    return Err(io::Error::other("unlinked file reads back wrong"));
+                }
+                drop(f);
+                Ok(())
+            }
+            Op::DirectStore(p, off, len) => {
+                let f = OpenOptions::new().read(true).write(true).open(fs, p)?;
+                let mut m = f.map_direct()?;
+                m.store(off, &Self::data(len, 5))?;
+                m.sync()
+            }
         }
     }
 }
 
-/// The image every workload starts from: directories A, A/C, B, D (D empty but with a
+/// Whether every operation of `ops` succeeds and changes the tree, run from the populated
+/// image (the workloads keep only such sequences; the oracle checks it again under the
+/// tracer).
+pub fn valid(ops: &[Op]) -> bool {
+    valid_prefix(ops) == ops.len()
+}
+
+/// How many leading operations of `ops` succeed and change the tree.
+pub fn valid_prefix(ops: &[Op]) -> usize {
+    let Ok(fs) = scratch() else { return 0 };
+    let mut t = oracle::tree(&fs);
+    for (k, op) in ops.iter().enumerate() {
+        if op.run(&fs).is_err() {
+            return k;
+        }
+        let next = oracle::tree(&fs);
+        if next == t {
+            return k;
+        }
+        t = next;
+    }
+    ops.len()
+}
+
+fn scratch() -> io::Result<Fs> {
+    let fs = Fs::format_pm_with(
+        nvmfs::media::Pm::in_memory(oracle::IMAGE_BYTES),
+        MappingKind::HashFs,
+    )?;
+    populate(&fs)?;
+    Ok(fs)
+}
+
+/// The image every workload starts from: directories A, A/C, A/C/E (empty), B, D (D empty but with a
 /// directory block); files foo (8 KiB), bar (100 B), A/bar (5000 B, with stale bytes past
 /// its EOF that an extension must not expose), A/C/foo (empty); a symlink lnk whose target
 /// needs a data block.
 pub fn populate(fs: &Fs) -> io::Result<()> {
-    fs.create_dir_all("/A/C")?;
+    fs.create_dir_all("/A/C/E")?;
     fs.create_dir("/B")?;
     fs.create_dir("/D")?;
     fs.write_file("/D/x", b"")?;
@@ -133,29 +276,91 @@ pub fn seq1() -> Vec<Op> {
         Truncate("/A/bar", 20000),
         Truncate("/bar", 4096),
         Rmdir("/B"),
-        Rmdir("/A/C"),
-        Rmdir("/A"),
+        Rmdir("/A/C/E"),
         Rmdir("/D"),
         Unlink("/lnk"),
         Rename("/lnk", "/A/lnk"),
         Truncate("/A/bar", 5500),
+        Chmod("/foo", 0o600),
+        Chmod("/A", 0o700),
+        Chown("/bar", 1234, 5678),
+        Chown("/A/C", 42, 43),
+        Utimens("/foo", 1_000_000_007, 2_000_000_009),
+        Utimens("/A/C", 3_000_000_011, 4_000_000_013),
+        Mknod("/A/fifo", libc::S_IFIFO | 0o640, 0),
+        Mknod("/B/null", libc::S_IFCHR | 0o666, libc::makedev(1, 3)),
+        Mknod("/A/C/reg", libc::S_IFREG | 0o604, 0),
+        Symlink("short", "/A/sl"),
+        Symlink(LONG_TARGET, "/B/sl"),
+        Punch("/foo", 4096, 4096),
+        Punch("/foo", 100, 5000),
+        Punch("/A/bar", 4000, 1000),
+        FallocGrow("/bar", 0, 10000),
+        FallocGrow("/A/C/foo", 4096, 5000),
+        Exchange("/foo", "/bar"),
+        Exchange("/A", "/B"),
+        Exchange("/foo", "/A/C"),
+        RenameNoreplace("/foo", "/A/foo"),
+        RenameNoreplace("/A/C", "/B/C"),
+        UnlinkOpen("/foo"),
+        UnlinkOpen("/A/bar"),
+        DirectStore("/foo", 100, 300),
+        DirectStore("/A/bar", 4000, 1000),
+        DirectStore("/bar", 0, 100),
     ]
 }
 
-/// seq-2: every ordered pair of seq-1 operations.
+/// seq-2: every ordered pair of seq-1 operations in which both apply (see [`valid`]);
+/// computed once per process.
 pub fn seq2() -> Vec<Vec<Op>> {
-    let ops = seq1();
-    ops.iter()
-        .flat_map(|a| ops.iter().map(move |b| vec![a.clone(), b.clone()]))
-        .collect()
+    static PAIRS: OnceLock<Vec<Vec<Op>>> = OnceLock::new();
+    PAIRS
+        .get_or_init(|| {
+            let ops = seq1();
+            ops.iter()
+                .flat_map(|a| ops.iter().map(move |b| vec![a.clone(), b.clone()]))
+                .filter(|w| valid(w))
+                .collect()
+        })
+        .clone()
 }
 
-/// A random sequence of up to `max_len` seq-1 operations, reproducible by `seed`.
+/// A random sequence of up to `max_len` seq-1 operations, reproducible by `seed`: each draw
+/// that would fail or change nothing at its point is drawn again (up to 20 times, then the
+/// sequence ends there).
 pub fn random(seed: u64, max_len: usize) -> Vec<Op> {
     let ops = seq1();
     let mut rng = fastrand::Rng::with_seed(seed);
     let n = rng.usize(1..=max_len);
-    (0..n)
-        .map(|_| ops[rng.usize(0..ops.len())].clone())
-        .collect()
+    let Ok(fs) = scratch() else {
+        return Vec::new();
+    };
+    let mut t = oracle::tree(&fs);
+    let mut out = Vec::new();
+    'grow: while out.len() < n {
+        for _ in 0..20 {
+            let op = ops[rng.usize(0..ops.len())].clone();
+            // A failed operation may have changed the scratch image; try it on a copy.
+            let trial = match Fs::mount_pm(
+                nvmfs::media::Pm::from_bytes(&fs.snapshot()),
+                &nvmfs::MountOptions::default(),
+                None,
+                None,
+            ) {
+                Ok(f) => f,
+                Err(_) => break 'grow,
+            };
+            if op.run(&trial).is_ok() {
+                let next = oracle::tree(&trial);
+                if next != t {
+                    op.run(&fs).expect("same operation on the same state");
+                    t = oracle::tree(&fs);
+                    out.push(op);
+                    continue 'grow;
+                }
+            }
+        }
+        break;
+    }
+    out
 }

@@ -33,6 +33,28 @@ fn check_on(
 }
 
 #[test]
+fn every_ace_operation_applies() {
+    let bad: Vec<_> = nvmfs_crashtest::ace::seq1()
+        .into_iter()
+        .filter(|op| !nvmfs_crashtest::ace::valid(std::slice::from_ref(op)))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "seq-1 operations that fail or change nothing: {bad:?}"
+    );
+    let pairs = nvmfs_crashtest::ace::seq2();
+    assert!(pairs.iter().all(|w| w.len() == 2));
+    eprintln!("seq-2: {} valid pairs", pairs.len());
+    for seed in 1..20 {
+        let ops = nvmfs_crashtest::ace::random(seed, 20);
+        assert!(
+            !ops.is_empty() && nvmfs_crashtest::ace::valid(&ops),
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
 fn ace_seq1_all() {
     let s = check(Suite::Seq1, None);
     assert_eq!(s.workloads, nvmfs_crashtest::ace::seq1().len());
