@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 
-use nvmfs_crashtest::{mutation_check, run, workloads_for, MappingKind, Suite, Workload};
+use nvmfs_crashtest::trace::Tear;
+use nvmfs_crashtest::{
+    mutation_check, run, with_tear, workloads_for, MappingKind, Suite, Workload,
+};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -22,7 +25,8 @@ use nvmfs_crashtest::{mutation_check, run, workloads_for, MappingKind, Suite, Wo
     after_help = "Exit status: 0 no violation, 1 violations found (or uncaught mutations), 2 usage.\n\n\
         Examples:\n  nvmfs crashtest --ace seq1\n  nvmfs crashtest --ace seq2 --sample 300 --seed 7\n  \
         nvmfs crashtest --random 10000 --seed 1\n  nvmfs crashtest --ace seq2 --only 1234\n  \
-        nvmfs crashtest --mapping extent --ace seq1\n  nvmfs crashtest --mutations"
+        nvmfs crashtest --mapping extent --ace seq1\n  nvmfs crashtest --tear words --ace seq1\n  \
+        nvmfs crashtest --mutations"
 )]
 pub struct Args {
     /// ACE workload set: seq1 or seq2
@@ -54,6 +58,14 @@ pub struct Args {
     #[arg(long, value_name = "MAPPING", default_value = "hashfs",
         value_parser = ["hashfs", "extent", "radix"])]
     mapping: String,
+    /// Tearing model of in-flight stores: lines (a line keeps a prefix of its stores, each
+    /// store's part of a line whole) or words (also any subset of a store's 8-byte words,
+    /// 16-byte for non-temporal stores: --tear-samples seeded images per fence on top)
+    #[arg(long, value_name = "MODEL", default_value = "lines", value_parser = ["lines", "words"])]
+    tear: String,
+    /// With --tear words: random word-torn images per fence
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    tear_samples: usize,
     /// Worker threads
     #[arg(long, value_name = "T", default_value_t = 2)]
     threads: usize,
@@ -73,7 +85,13 @@ fn select(args: &Args) -> Result<Vec<Workload>, String> {
         _ => Suite::Seq1,
     };
     let mapping: MappingKind = args.mapping.parse()?;
-    let mut list = workloads_for(&suite, mapping);
+    let tear = match args.tear.as_str() {
+        "words" => Tear::Words {
+            samples: args.tear_samples,
+        },
+        _ => Tear::Lines,
+    };
+    let mut list = with_tear(workloads_for(&suite, mapping), tear);
     if let Some(i) = args.only {
         if i >= list.len() {
             return Err(format!("--only {i}: the set has {} workloads", list.len()));

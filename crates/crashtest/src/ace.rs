@@ -17,6 +17,9 @@ use nvmfs::{Fs, MappingKind, OpenOptions, RenameFlags, SetTime};
 
 use crate::oracle::{self, Loose, Tree};
 
+/// Where [`Op::UnlinkOpen`] writes through its handle after the unlink: (offset, length).
+pub const UNLINK_OPEN_WRITE: (u64, usize) = (100, 3000);
+
 /// A symlink target too long to be stored inline (more than 40 bytes): it needs a data block.
 pub const LONG_TARGET: &str =
     "a/long/symlink/target/that/needs/its/own/data/block/because/it/is/long";
@@ -67,12 +70,24 @@ fn split(p: &str) -> (&str, &[u8]) {
 }
 
 impl Op {
-    /// What a crash in the middle may leave of the one inode the operation changes outside
-    /// the journal (GUARANTEES.md §3, §3a, §4), given the state before it.
-    pub fn loose(&self, before: &Tree) -> Loose {
+    /// What a crash in the middle of step `step` (see [`Op::run_marked`]) may leave of the
+    /// one inode the step changes outside the journal (GUARANTEES.md §3, §3a, §4); `steps[0]`
+    /// is the state before the operation, `steps[step]` the state before the step.
+    pub fn loose(&self, step: usize, steps: &[Tree]) -> Loose {
+        let before = &steps[step];
         let ino = |p: &str| before.get(p).map(|e| e.ino);
         let size = |p: &str| before.get(p).map_or(0, |e| e.size);
         match *self {
+            // Step 0: the map's creation fills holes in journal transactions (atomic).
+            Op::DirectStore(..) if step == 0 => Loose::default(),
+            // Step 1: the write through the handle after the unlink, visible under another
+            // hard link if there is one (step 0, the unlink, and 2, the close, are atomic).
+            Op::UnlinkOpen(p) if step == 1 => Loose {
+                ino: steps[0].get(p).map(|e| e.ino),
+                times: true,
+                torn: Some((UNLINK_OPEN_WRITE.0, UNLINK_OPEN_WRITE.1 as u64)),
+            },
+            Op::UnlinkOpen(_) => Loose::default(),
             // In place: each word old or new; times stored after the data.
             Op::Overwrite(p, off, len) | Op::DirectStore(p, off, len) => Loose {
                 ino: ino(p),
@@ -108,8 +123,16 @@ impl Op {
             .collect()
     }
 
-    /// Runs the operation; errors (e.g. the file a previous operation removed) are results too.
+    /// Runs the operation.
     pub fn run(&self, fs: &Fs) -> io::Result<()> {
+        self.run_marked(fs, &mut || {})
+    }
+
+    /// Runs the operation, calling `mark` between its steps when it is made of several
+    /// file-system calls that each commit on their own (unlink while open: unlink, write
+    /// through the handle, close; direct store: map creation, which fills holes, then
+    /// store + sync). A crash may leave the state after any step.
+    pub fn run_marked(&self, fs: &Fs, mark: &mut dyn FnMut()) -> io::Result<()> {
         let open_w = |p: &str| OpenOptions::new().write(true).open(fs, p);
         match *self {
             Op::Creat(p) => OpenOptions::new()
@@ -161,18 +184,22 @@ impl Op {
             Op::UnlinkOpen(p) => {
                 let f = OpenOptions::new().read(true).write(true).open(fs, p)?;
                 fs.remove_file(p)?;
-                f.write_all_at(&Self::data(3000, 4), 100)?;
-                let mut back = vec![0; 3000];
-                f.read_exact_at(&mut back, 100)?;
-                if back != Self::data(3000, 4) {
+                mark();
+                let (off, len) = UNLINK_OPEN_WRITE;
+                f.write_all_at(&Self::data(len, 4), off)?;
+                let mut back = vec![0; len];
+                f.read_exact_at(&mut back, off)?;
+                if back != Self::data(len, 4) {
                     return Err(io::Error::other("unlinked file reads back wrong"));
                 }
+                mark();
                 drop(f);
                 Ok(())
             }
             Op::DirectStore(p, off, len) => {
                 let f = OpenOptions::new().read(true).write(true).open(fs, p)?;
                 let mut m = f.map_direct()?;
+                mark();
                 m.store(off, &Self::data(len, 5))?;
                 m.sync()
             }

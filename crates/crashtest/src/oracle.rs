@@ -289,23 +289,29 @@ pub fn check_workload_tear(
         }
     };
     let base = fs.snapshot();
-    let mut states = vec![tree(&fs)];
+    // For each operation: the state before it, after each of its steps (an operation made
+    // of several file-system calls, see `Op::run_marked`), and after it.
+    let mut states: Vec<Vec<Tree>> = Vec::new();
+    let mut cur = tree(&fs);
     let mut setup_violations = Vec::new();
     rec.start();
     for (k, op) in ops.iter().enumerate() {
+        let mut steps = vec![cur];
         rec.op_begin("op");
-        let r = op.run(&fs);
+        let r = op.run_marked(&fs, &mut || steps.push(tree(&fs)));
         rec.op_end();
-        states.push(tree(&fs));
+        cur = tree(&fs);
         // Every operation of a workload must do something: a failed or no-op operation
         // would leave its crash images trivially equal to the state before.
         match r {
             Err(e) => setup_violations.push(format!("operation {k} ({op:?}) failed: {e}")),
-            Ok(()) if states[k] == states[k + 1] => {
+            Ok(()) if steps[0] == cur => {
                 setup_violations.push(format!("operation {k} ({op:?}) changed nothing"))
             }
             Ok(()) => {}
         }
+        steps.push(cur.clone());
+        states.push(steps);
     }
     let events = rec.stop();
     let (points, lost) = crash_points_with(&base, &events, tear);
@@ -318,20 +324,15 @@ pub fn check_workload_tear(
     let mut seen = std::collections::HashSet::new();
     let mut recovery_checked = vec![false; ops.len()];
     for p in &points {
-        let (before, after) = (&states[p.op], &states[p.op + 1]);
-        let loose = ops[p.op].loose(before);
+        let steps = &states[p.op];
+        let looses: Vec<Loose> = (0..steps.len() - 1)
+            .map(|s| ops[p.op].loose(s, steps))
+            .collect();
         let mut i = 0;
         p.for_each_image(&mut seen, |img| {
             out.images += 1;
             let deep = depth == RecoveryDepth::Every || !recovery_checked[p.op];
-            if let Some(v) = check_image(
-                img,
-                before,
-                after,
-                &loose,
-                deep,
-                &mut recovery_checked[p.op],
-            ) {
+            if let Some(v) = check_image(img, steps, &looses, deep, &mut recovery_checked[p.op]) {
                 out.violations.push(format!(
                     "operation {} ({:?}), fence {}, image {i}: {v}",
                     p.op, ops[p.op], p.fence
@@ -344,14 +345,14 @@ pub fn check_workload_tear(
 }
 
 /// The checks of one crash image: fsck clean, mounts with recovery, the tree matches the
-/// state before or after the operation (with `loose`'s exceptions), fsck clean after
-/// recovery, and (if `deep` and recovery repaired something) every crash during recovery
-/// recovers to the same tree.
+/// state before or after one step of the operation (`steps[s]` -> `steps[s + 1]`, with
+/// `looses[s]`'s exceptions; a single call has one step), fsck clean after recovery, and (if
+/// `deep` and recovery repaired something) every crash during recovery recovers to the same
+/// tree.
 pub fn check_image(
     img: &[u8],
-    before: &Tree,
-    after: &Tree,
-    loose: &Loose,
+    steps: &[Tree],
+    looses: &[Loose],
     deep: bool,
     recovery_checked: &mut bool,
 ) -> Option<String> {
@@ -373,12 +374,29 @@ pub fn check_image(
         Err(e) => return Some(format!("mount failed: {e}")),
     };
     let t = tree(&fs);
-    if let (Err(b), Err(a)) = (
-        matches(&t, before, before, after, loose),
-        matches(&t, after, before, after, loose),
-    ) {
+    let mut why = Vec::new();
+    let fits = steps.windows(2).zip(looses).any(|(w, loose)| {
+        let (before, after) = (&w[0], &w[1]);
+        match (
+            matches(&t, before, before, after, loose),
+            matches(&t, after, before, after, loose),
+        ) {
+            (Err(b), Err(a)) => {
+                why.push((b, a));
+                false
+            }
+            _ => true,
+        }
+    });
+    if !fits {
+        let (b, a) = (&why[0].0, &why[why.len() - 1].1);
+        let via = if steps.len() > 2 {
+            format!(" (nor any of its {} intermediate steps)", steps.len() - 2)
+        } else {
+            String::new()
+        };
         return Some(format!(
-            "state is neither before nor after: against before: {b}; against after: {a}"
+            "state is neither before nor after{via}: against before: {b}; against after: {a}"
         ));
     }
     let r = check_pm(&Pm::from_bytes(&fs.snapshot()));
@@ -447,7 +465,8 @@ mod tests {
     }
 
     fn check(img: &[u8], before: &Tree, after: &Tree, loose: &Loose) -> Option<String> {
-        check_image(img, before, after, loose, false, &mut false)
+        let steps = [before.clone(), after.clone()];
+        check_image(img, &steps, std::slice::from_ref(loose), false, &mut false)
     }
 
     /// Patches `len` bytes at `field` of the record of `path`'s inode in `img`.
@@ -510,7 +529,7 @@ mod tests {
     fn times_may_lag_only_where_promised() {
         let op = Op::Append("/bar", 100);
         let (before, after, img) = run(&op);
-        let loose = op.loose(&before);
+        let loose = op.loose(0, std::slice::from_ref(&before));
         assert!(loose.times && loose.torn.is_none());
         let old = before["/bar"].mtime as u64;
         let lagging = patch(&img, &after, "/bar", inode::O_MTIME, old, 8);
@@ -562,7 +581,7 @@ mod tests {
         let (before, base) = (tree(&fs), fs.snapshot());
         op.run(&fs).unwrap();
         let after = tree(&fs);
-        let loose = op.loose(&before);
+        let loose = op.loose(0, std::slice::from_ref(&before));
         let (old, new) = (&before["/foo"].body, &after["/foo"].body);
         // The state before with /foo's bytes [0, 128) taken from `pick` (0 old, 1 new,
         // 2 neither).

@@ -419,4 +419,49 @@ mod tests {
         assert_eq!(imgs.len(), 3);
         assert!(!imgs.iter().any(|i| i[0] == 0 && i[8] == 2));
     }
+
+    #[test]
+    fn words_mode_tears_a_store_at_words_lines_mode_does_not() {
+        let base = vec![0u8; 128];
+        let ev = |nt| {
+            vec![
+                Event::OpBegin("x"),
+                Event::Store {
+                    off: 0,
+                    data: vec![0xff; 64],
+                    nt,
+                },
+                Event::Flush { line: 0 },
+                Event::Fence,
+                Event::OpEnd,
+            ]
+        };
+        let (points, _) = crash_points_with(&base, &ev(false), Tear::Lines);
+        assert_eq!(images(&points[0]).len(), 2, "whole line or nothing");
+        let (points, _) = crash_points_with(&base, &ev(false), Tear::Words { samples: 64 });
+        let imgs = images(&points[0]);
+        assert!(imgs.len() > 10, "{} images", imgs.len());
+        for img in &imgs {
+            for w in img[..64].chunks(8) {
+                assert!(
+                    w == [0; 8] || w == [0xff; 8],
+                    "word torn below 8 bytes: {w:?}"
+                );
+            }
+        }
+        // Not only prefixes: some image has a later word without an earlier one.
+        assert!(imgs.iter().any(|i| i[0] == 0 && i[8..64].contains(&0xff)));
+        // Non-temporal stores tear at 16 bytes.
+        let (points, _) = crash_points_with(&base, &ev(true), Tear::Words { samples: 64 });
+        let imgs = images(&points[0]);
+        assert!(imgs.len() > 4, "{} images", imgs.len());
+        for img in &imgs {
+            for w in img[..64].chunks(16) {
+                assert!(
+                    w == [0; 16] || w == [0xff; 16],
+                    "torn below 16 bytes: {w:?}"
+                );
+            }
+        }
+    }
 }

@@ -72,6 +72,32 @@ fn ace_seq1_all_radix_tree() {
     assert_eq!(s.workloads, nvmfs_crashtest::ace::seq1().len());
 }
 
+/// A seeded sample of 24 seq-1 workloads on every mapping with stores also torn at 8-byte
+/// words (16 for non-temporal stores), 8 random word-torn images per fence; `nvmfs crashtest
+/// --tear words --ace seq1` runs all of them with 32.
+#[test]
+fn ace_seq1_torn_words_every_mapping() {
+    for (k, mapping) in MappingKind::ALL.into_iter().enumerate() {
+        let mut list = nvmfs_crashtest::with_tear(
+            workloads_for(&Suite::Seq1, mapping),
+            nvmfs_crashtest::trace::Tear::Words { samples: 8 },
+        );
+        fastrand::Rng::with_seed(2026 + k as u64).shuffle(&mut list);
+        list.truncate(24);
+        let s = run(&list, 2, &|_, _| {});
+        assert!(
+            s.violations.is_empty(),
+            "{} violations, first: {:#?}",
+            s.violations.len(),
+            &s.violations[..s.violations.len().min(5)]
+        );
+        eprintln!(
+            "{mapping} seq-1 sample, torn words: {} workloads, {} fences, {} crash images, 0 violations",
+            s.workloads, s.fences, s.images
+        );
+    }
+}
+
 #[test]
 fn ace_seq2_sample_tree_mappings() {
     check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Extent);
