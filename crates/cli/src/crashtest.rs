@@ -15,10 +15,14 @@ use nvmfs_crashtest::{
         Each workload runs on a fresh in-memory image with every persistent store, flush and \
         fence recorded. At every fence the images a power loss could leave (x86 model: a line is \
         durable after flush + fence, in-flight lines may or may not persist, stores to a line \
-        persist in order) are built and each is checked: fsck clean, mount with recovery \
-        succeeds, the tree equals the state before or after the operation in flight, fsck clean \
-        after recovery, and a crash during that recovery recovers to the same tree. Stores not \
-        durable when an operation returns are violations too.\n\n\
+        persist in order; with --tear words a store's words may persist independently, \
+        sampled) are built and each is checked: fsck clean, mount with recovery succeeds, the \
+        tree (names, types, sizes, link counts, blocks, modes, owners, rdev, times, contents) \
+        equals the state before or after the operation in flight (an in-place write may be \
+        torn word by word, times may lag where GUARANTEES.md says), fsck clean after recovery, \
+        and a crash during that recovery recovers to the same tree. Stores not durable when an \
+        operation returns, and workload operations that fail or change nothing, are violations \
+        too.\n\n\
         Workloads: --ace seq1 (every single ACE operation), --ace seq2 (every ordered pair), \
         --random N --seed S (N random sequences of up to 20 operations). --mutations skips each \
         flush/fence call site in turn and reports which skips the workloads catch.",
