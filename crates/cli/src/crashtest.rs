@@ -36,6 +36,9 @@ pub struct Args {
     /// ACE workload set: seq1 or seq2
     #[arg(long, value_name = "SET", value_parser = ["seq1", "seq2"])]
     ace: Option<String>,
+    /// Bigger images: more than 200 hole fills, a multi-block directory, ENOSPC paths
+    #[arg(long)]
+    big: bool,
     /// Run N random sequences (seeds S..S+N)
     #[arg(long, value_name = "N")]
     random: Option<u64>,
@@ -81,6 +84,7 @@ pub struct Args {
 fn select(args: &Args) -> Result<Vec<Workload>, String> {
     let suite = match (&args.ace, args.random) {
         (Some(_), Some(_)) => return Err("give --ace or --random, not both".into()),
+        (None, None) if args.big => Suite::Big,
         (Some(s), None) if s == "seq2" => Suite::Seq2,
         (None, Some(count)) => Suite::Random {
             count,

@@ -62,6 +62,11 @@ pub enum Op {
     UnlinkOpen(&'static str),
     /// Direct map of the file, store `len` bytes at `off`, sync, drop the map.
     DirectStore(&'static str, u64, usize),
+    /// Append 16 KiB chunks (one step each) until the image is full: succeeds when at least
+    /// one chunk went in and the last write stopped short or met ENOSPC.
+    FillUp(&'static str),
+    /// The operation must fail with this errno and change nothing (abandon paths).
+    MustFail(&'static Op, i32),
 }
 
 fn split(p: &str) -> (&str, &[u8]) {
@@ -78,14 +83,31 @@ impl Op {
         let ino = |p: &str| before.get(p).map(|e| e.ino);
         let size = |p: &str| before.get(p).map_or(0, |e| e.size);
         match *self {
-            // Step 0: the map's creation fills holes in journal transactions (atomic).
-            Op::DirectStore(..) if step == 0 => Loose::default(),
+            // Step 0: the map's creation fills holes in journal transactions, 200 holes each.
+            Op::DirectStore(p, ..) if step == 0 => Loose {
+                ino: ino(p),
+                blocks: true,
+                ..Loose::default()
+            },
+            // fallocate of more than 200 holes: one transaction per 200 (§4).
+            Op::Falloc(p, _, len) | Op::FallocGrow(p, _, len) if len > 200 * 4096 => Loose {
+                ino: ino(p),
+                blocks: true,
+                ..Loose::default()
+            },
+            // Each step appends one chunk.
+            Op::FillUp(p) => Loose {
+                ino: steps[0].get(p).map(|e| e.ino),
+                times: true,
+                ..Loose::default()
+            },
             // Step 1: the write through the handle after the unlink, visible under another
             // hard link if there is one (step 0, the unlink, and 2, the close, are atomic).
             Op::UnlinkOpen(p) if step == 1 => Loose {
                 ino: steps[0].get(p).map(|e| e.ino),
                 times: true,
                 torn: Some((UNLINK_OPEN_WRITE.0, UNLINK_OPEN_WRITE.1 as u64)),
+                blocks: true,
             },
             Op::UnlinkOpen(_) => Loose::default(),
             // In place: each word old or new; times stored after the data.
@@ -93,6 +115,7 @@ impl Op {
                 ino: ino(p),
                 times: true,
                 torn: Some((off, len as u64)),
+                blocks: true,
             },
             // Not atomic: any part of the range may read as zeros already; the transaction
             // with the block count and times comes last.
@@ -100,17 +123,18 @@ impl Op {
                 ino: ino(p),
                 times: true,
                 torn: Some((off, len)),
+                blocks: true,
             },
             // The size is stored first, the times after it in the same line.
             Op::Append(p, _) | Op::Sparse(p, ..) => Loose {
                 ino: ino(p),
                 times: true,
-                torn: None,
+                ..Loose::default()
             },
             Op::Truncate(p, to) if to > size(p) => Loose {
                 ino: ino(p),
                 times: true,
-                torn: None,
+                ..Loose::default()
             },
             _ => Loose::default(),
         }
@@ -121,6 +145,11 @@ impl Op {
         (0..len)
             .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
             .collect()
+    }
+
+    /// Whether the operation is expected to fail ([`Op::MustFail`]).
+    pub fn must_fail(&self) -> bool {
+        matches!(self, Op::MustFail(..))
     }
 
     /// Runs the operation.
@@ -203,6 +232,40 @@ impl Op {
                 m.store(off, &Self::data(len, 5))?;
                 m.sync()
             }
+            Op::FillUp(p) => {
+                let f = OpenOptions::new().append(true).open(fs, p)?;
+                let chunk = Self::data(16 << 10, 6);
+                let mut wrote = 0u64;
+                loop {
+                    let end = f.metadata()?.size;
+                    match f.write_at(&chunk, end) {
+                        Ok(n) if n == chunk.len() => wrote += n as u64,
+                        Ok(n) => {
+                            if n > 0 {
+                                wrote += n as u64;
+                                mark();
+                            }
+                            break;
+                        }
+                        Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                        Err(e) => return Err(e),
+                    }
+                    mark();
+                }
+                if wrote == 0 {
+                    return Err(io::Error::other("nothing written before ENOSPC"));
+                }
+                Ok(())
+            }
+            Op::MustFail(op, errno) => match op.run(fs) {
+                Err(e) if e.raw_os_error() == Some(errno) => Ok(()),
+                Err(e) => Err(io::Error::other(format!(
+                    "{op:?}: {e}, expected errno {errno}"
+                ))),
+                Ok(()) => Err(io::Error::other(format!(
+                    "{op:?} succeeded, expected errno {errno}"
+                ))),
+            },
         }
     }
 }
@@ -223,7 +286,7 @@ pub fn valid_prefix(ops: &[Op]) -> usize {
             return k;
         }
         let next = oracle::tree(&fs);
-        if next == t {
+        if (next == t) != op.must_fail() {
             return k;
         }
         t = next;
@@ -334,6 +397,84 @@ pub fn seq1() -> Vec<Op> {
         DirectStore("/foo", 100, 300),
         DirectStore("/A/bar", 4000, 1000),
         DirectStore("/bar", 0, 100),
+    ]
+}
+
+/// Names of `n` files in directory `dir`, long enough (60 bytes) that a directory of them
+/// needs several blocks.
+fn many_names(dir: &str, n: usize) -> Vec<&'static str> {
+    (0..n)
+        .map(|i| &*Box::leak(format!("{dir}/{i:03}-{}", "n".repeat(56)).into_boxed_str()))
+        .collect()
+}
+
+/// Workloads on bigger images (see `crate::big`): (name, image bytes, operations).
+pub fn big() -> Vec<(&'static str, u64, Vec<Op>)> {
+    use Op::*;
+    // 276 blocks: more than 200 hole fills, so two transactions.
+    const HOLES: u64 = 276 * 4096;
+    let sparse = || vec![Creat("/big"), Truncate("/big", HOLES)];
+    let mut dir = vec![Mkdir("/M")];
+    let names = many_names("/M", 100);
+    dir.extend(names.iter().map(|n| Creat(n)));
+    dir.extend(names.iter().step_by(3).map(|n| Unlink(n)));
+    dir.extend(
+        names
+            .iter()
+            .skip(1)
+            .step_by(6)
+            .map(|n| Rename(n, "/B/moved")),
+    );
+    dir.extend(
+        names
+            .iter()
+            .skip(2)
+            .step_by(3)
+            .take(5)
+            .map(|n| Append(n, 100)),
+    );
+    vec![
+        ("overwrite filling 276 holes", 8 << 20, {
+            let mut v = sparse();
+            v.push(Overwrite("/big", 0, HOLES as usize));
+            v
+        }),
+        ("fallocate KEEP_SIZE filling 276 holes", 8 << 20, {
+            let mut v = sparse();
+            v.push(Falloc("/big", 0, HOLES));
+            v
+        }),
+        ("direct map over 276 holes", 8 << 20, {
+            let mut v = sparse();
+            v.push(DirectStore("/big", 4000, 10000));
+            v
+        }),
+        (
+            "fallocate mode 0 of 300 blocks past EOF, then punch",
+            8 << 20,
+            vec![
+                FallocGrow("/A/C/foo", 0, 300 * 4096),
+                Punch("/A/C/foo", 4096, 250 * 4096),
+            ],
+        ),
+        (
+            "multi-block directory: 150 creates, unlinks, renames, appends",
+            2 << 20,
+            dir,
+        ),
+        (
+            "ENOSPC: fill the image, fail cleanly, free, reuse",
+            512 << 10,
+            vec![
+                FillUp("/bar"),
+                MustFail(&FallocGrow("/foo", 0, 1 << 20), libc::ENOSPC),
+                // /foo ends on a block boundary: nothing fits, nothing is written.
+                MustFail(&Append("/foo", 64 << 10), libc::ENOSPC),
+                Truncate("/bar", 100),
+                Creat("/baz"),
+                Append("/baz", 20000),
+            ],
+        ),
     ]
 }
 

@@ -22,6 +22,9 @@ pub enum Suite {
         count: u64,
         seed: u64,
     },
+    /// Bigger images (`ace::big`): more than 200 hole fills in one operation, a directory of
+    /// several blocks, ENOSPC and the abandon paths.
+    Big,
 }
 
 /// A workload with the command that reruns it alone.
@@ -98,6 +101,18 @@ fn suite_workloads(suite: &Suite) -> Vec<Workload> {
                 depth: oracle::RecoveryDepth::FirstPerOperation,
                 mapping: MappingKind::HashFs,
                 image_bytes: oracle::IMAGE_BYTES,
+                tear: trace::Tear::Lines,
+            })
+            .collect(),
+        Suite::Big => ace::big()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, image_bytes, ops))| Workload {
+                id: format!("--big --only {i}"),
+                ops,
+                depth: oracle::RecoveryDepth::FirstPerOperation,
+                mapping: MappingKind::HashFs,
+                image_bytes,
                 tear: trace::Tear::Lines,
             })
             .collect(),

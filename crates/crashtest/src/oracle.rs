@@ -152,6 +152,9 @@ pub struct Loose {
     /// Written in place `[off, off + len)`: see [`torn_ok`]; the block count may be anything
     /// between the old and the new one (punch hole unmaps before its transaction).
     pub torn: Option<(u64, u64)>,
+    /// The block count may be anything between the old and the new one (more than 200
+    /// hole fills commit in several transactions, §3, §4).
+    pub blocks: bool,
 }
 
 /// The byte-level rule of an in-place write that a crash cut short (GUARANTEES.md §3): `got`
@@ -220,10 +223,12 @@ pub fn matches(
                         e2.ctime = want.ctime;
                     }
                 }
+                if (loose.torn.is_some() || loose.blocks)
+                    && (b.blocks.min(a.blocks)..=b.blocks.max(a.blocks)).contains(&e.blocks)
+                {
+                    e2.blocks = want.blocks;
+                }
                 if let Some((off, len)) = loose.torn {
-                    if (b.blocks.min(a.blocks)..=b.blocks.max(a.blocks)).contains(&e.blocks) {
-                        e2.blocks = want.blocks;
-                    }
                     match torn_ok(&e.body, &b.body, &a.body, off, len) {
                         Ok(()) if e.body.len() as u64 == want.size => e2.body = want.body.clone(),
                         Ok(()) => {}
@@ -305,6 +310,14 @@ pub fn check_workload_tear(
         // would leave its crash images trivially equal to the state before.
         match r {
             Err(e) => setup_violations.push(format!("operation {k} ({op:?}) failed: {e}")),
+            // An operation expected to fail (ENOSPC) must leave everything as it was.
+            Ok(()) if op.must_fail() => {
+                if steps[0] != cur {
+                    setup_violations.push(format!(
+                        "operation {k} ({op:?}) failed but changed the tree"
+                    ))
+                }
+            }
             Ok(()) if steps[0] == cur => {
                 setup_violations.push(format!("operation {k} ({op:?}) changed nothing"))
             }

@@ -131,6 +131,10 @@ const EXHAUSTIVE_LINES: usize = 6;
 /// Above that: each line alone and all but each line, the first/middle/last line torn off,
 /// and this many seeded pairs.
 const SAMPLED_PAIRS: usize = 24;
+/// Up to this many lines in flight, each line alone and all but each line are tried...
+const EACH_LINE_MAX: usize = 256;
+/// ...above it, only this many of them, chosen by a seeded shuffle.
+const EACH_LINE_SAMPLE: usize = 64;
 
 impl CrashPoint {
     /// How many prefix choices of each line this point tries (before deduplication).
@@ -155,7 +159,18 @@ impl CrashPoint {
             }
         } else {
             let none = vec![0; n];
-            for i in 0..n {
+            // Each line alone and all but each line; past EACH_LINE_MAX lines in flight (a
+            // write of megabytes) only a seeded sample of them, or the images explode.
+            let each: Vec<usize> = if n <= EACH_LINE_MAX {
+                (0..n).collect()
+            } else {
+                let mut v: Vec<usize> = (0..n).collect();
+                fastrand::Rng::with_seed(self.fence as u64 ^ 0x11ce).shuffle(&mut v);
+                v.truncate(EACH_LINE_SAMPLE);
+                v.sort_unstable();
+                v
+            };
+            for i in each {
                 out.push(with(&[i], &none, true));
                 out.push(with(&[i], &all, false));
             }

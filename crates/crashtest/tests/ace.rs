@@ -147,3 +147,45 @@ fn ace_seq2_sample() {
 fn random_sequences_sample() {
     check(Suite::Random { count: 12, seed: 1 }, None);
 }
+
+/// Bigger images (`nvmfs crashtest --big`): more than 200 hole fills in one write, fallocate
+/// and direct map; fallocate of 300 blocks past EOF and a punch of 250; a directory of 100
+/// long names (several blocks) with unlinks, renames and appends; ENOSPC: fill the image,
+/// a fallocate and an append that must fail cleanly, free and reuse. By default only the
+/// 276-hole overwrite and the ENOSPC workload on HashFS (about a minute); `BIG_ALL=1` runs
+/// all six, `BIG_MAPPINGS=1` also on the tree mappings.
+#[test]
+fn big_images() {
+    let all = std::env::var_os("BIG_ALL").is_some();
+    let mappings = std::env::var_os("BIG_MAPPINGS").is_some();
+    for mapping in MappingKind::ALL {
+        if mapping != MappingKind::HashFs && !mappings {
+            continue;
+        }
+        let mut list = workloads_for(&Suite::Big, mapping);
+        if !all {
+            list.retain(|w| w.id.ends_with("--only 0") || w.id.ends_with("--only 5"));
+        }
+        let t0 = std::time::Instant::now();
+        let s = run(&list, 2, &|i, o| {
+            eprintln!(
+                "  {}: {} fences, {} images, {} violations, at {:.0} s",
+                list[i].id,
+                o.fences,
+                o.images,
+                o.violations.len(),
+                t0.elapsed().as_secs_f64()
+            )
+        });
+        assert!(
+            s.violations.is_empty(),
+            "{} violations, first: {:#?}",
+            s.violations.len(),
+            &s.violations[..s.violations.len().min(5)]
+        );
+        eprintln!(
+            "{mapping} big images: {} workloads, {} fences, {} crash images, 0 violations",
+            s.workloads, s.fences, s.images
+        );
+    }
+}
