@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 
-use nvmfs_crashtest::{mutation_check, run, workloads_for, MappingKind, Suite, Workload};
+use nvmfs_crashtest::trace::Tear;
+use nvmfs_crashtest::{
+    mutation_check, run, with_tear, workloads_for, MappingKind, Suite, Workload,
+};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -12,22 +15,30 @@ use nvmfs_crashtest::{mutation_check, run, workloads_for, MappingKind, Suite, Wo
         Each workload runs on a fresh in-memory image with every persistent store, flush and \
         fence recorded. At every fence the images a power loss could leave (x86 model: a line is \
         durable after flush + fence, in-flight lines may or may not persist, stores to a line \
-        persist in order) are built and each is checked: fsck clean, mount with recovery \
-        succeeds, the tree equals the state before or after the operation in flight, fsck clean \
-        after recovery, and a crash during that recovery recovers to the same tree. Stores not \
-        durable when an operation returns are violations too.\n\n\
+        persist in order; with --tear words a store's words may persist independently, \
+        sampled) are built and each is checked: fsck clean, mount with recovery succeeds, the \
+        tree (names, types, sizes, link counts, blocks, modes, owners, rdev, times, contents) \
+        equals the state before or after the operation in flight (an in-place write may be \
+        torn word by word, times may lag where GUARANTEES.md says), fsck clean after recovery, \
+        and a crash during that recovery recovers to the same tree. Stores not durable when an \
+        operation returns, and workload operations that fail or change nothing, are violations \
+        too.\n\n\
         Workloads: --ace seq1 (every single ACE operation), --ace seq2 (every ordered pair), \
         --random N --seed S (N random sequences of up to 20 operations). --mutations skips each \
         flush/fence call site in turn and reports which skips the workloads catch.",
     after_help = "Exit status: 0 no violation, 1 violations found (or uncaught mutations), 2 usage.\n\n\
         Examples:\n  nvmfs crashtest --ace seq1\n  nvmfs crashtest --ace seq2 --sample 300 --seed 7\n  \
         nvmfs crashtest --random 10000 --seed 1\n  nvmfs crashtest --ace seq2 --only 1234\n  \
-        nvmfs crashtest --mapping extent --ace seq1\n  nvmfs crashtest --mutations"
+        nvmfs crashtest --mapping extent --ace seq1\n  nvmfs crashtest --tear words --ace seq1\n  \
+        nvmfs crashtest --mutations"
 )]
 pub struct Args {
     /// ACE workload set: seq1 or seq2
     #[arg(long, value_name = "SET", value_parser = ["seq1", "seq2"])]
     ace: Option<String>,
+    /// Bigger images: more than 200 hole fills, a multi-block directory, ENOSPC paths
+    #[arg(long)]
+    big: bool,
     /// Run N random sequences (seeds S..S+N)
     #[arg(long, value_name = "N")]
     random: Option<u64>,
@@ -54,6 +65,14 @@ pub struct Args {
     #[arg(long, value_name = "MAPPING", default_value = "hashfs",
         value_parser = ["hashfs", "extent", "radix", "cuckoo"])]
     mapping: String,
+    /// Tearing model of in-flight stores: lines (a line keeps a prefix of its stores, each
+    /// store's part of a line whole) or words (also any subset of a store's 8-byte words,
+    /// 16-byte for non-temporal stores: --tear-samples seeded images per fence on top)
+    #[arg(long, value_name = "MODEL", default_value = "lines", value_parser = ["lines", "words"])]
+    tear: String,
+    /// With --tear words: random word-torn images per fence
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    tear_samples: usize,
     /// Worker threads
     #[arg(long, value_name = "T", default_value_t = 2)]
     threads: usize,
@@ -65,6 +84,7 @@ pub struct Args {
 fn select(args: &Args) -> Result<Vec<Workload>, String> {
     let suite = match (&args.ace, args.random) {
         (Some(_), Some(_)) => return Err("give --ace or --random, not both".into()),
+        (None, None) if args.big => Suite::Big,
         (Some(s), None) if s == "seq2" => Suite::Seq2,
         (None, Some(count)) => Suite::Random {
             count,
@@ -73,7 +93,13 @@ fn select(args: &Args) -> Result<Vec<Workload>, String> {
         _ => Suite::Seq1,
     };
     let mapping: MappingKind = args.mapping.parse()?;
-    let mut list = workloads_for(&suite, mapping);
+    let tear = match args.tear.as_str() {
+        "words" => Tear::Words {
+            samples: args.tear_samples,
+        },
+        _ => Tear::Lines,
+    };
+    let mut list = with_tear(workloads_for(&suite, mapping), tear);
     if let Some(i) = args.only {
         if i >= list.len() {
             return Err(format!("--only {i}: the set has {} workloads", list.len()));

@@ -1,7 +1,8 @@
 //! Process kill: a child process runs a workload on an image in /dev/shm and acknowledges
 //! each completed operation on stdout; the parent kills it with SIGKILL at a random moment,
 //! mounts the image (recovery), runs fsck, and checks that every acknowledged operation is
-//! present. Repeatable by seed.
+//! present, that the operation in flight is all or nothing and that no other name exists.
+//! Repeatable by seed.
 //!
 //! Workload, operation k: k%5 in 0..3 creates /f{k} with content(k); k%5 == 3 appends record
 //! k to /log; k%5 == 4 renames /f{k-4} to /r{k-4}.
@@ -62,45 +63,111 @@ pub fn child_main(image: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Checks that every acknowledged operation (0..acked) is in the recovered image.
-fn verify(fs: &Fs, acked: u64) -> Result<(), String> {
+/// Checks the recovered image against the acknowledged operations `0..acked`: every one is
+/// present; operation `acked`, in flight when the child died (the next one cannot have started:
+/// the child prints each acknowledgement before it starts the next operation), is all or
+/// nothing (a created file absent, empty or whole, since create and write are two calls that
+/// each commit; a log record whole or absent; a rename's source or destination, not both); no
+/// other name exists.
+pub fn verify(fs: &Fs, acked: u64) -> Result<(), String> {
     let log = fs.read_file("/log").unwrap_or_default();
     let mut appends = 0;
+    // Names that must exist, with their content (None: the log, checked below).
+    let mut want: std::collections::BTreeMap<String, Option<Vec<u8>>> = Default::default();
     for k in 0..acked {
         match k % 5 {
             0..=2 => {
-                // Operation k+4 renames /f{k} when k % 5 == 0.
-                let renamed = k % 5 == 0 && k + 4 < acked;
-                let p = if renamed {
-                    format!("/r{k}")
-                } else {
-                    format!("/f{k}")
-                };
-                // An unacknowledged rename may have happened: accept either name then.
-                let got = fs.read_file(&p).or_else(|e| {
-                    if renamed {
-                        Err(e)
-                    } else {
-                        fs.read_file(format!("/r{k}"))
-                    }
-                });
-                match got {
-                    Ok(d) if d == content(k) => {}
-                    Ok(_) => return Err(format!("operation {k}: {p} has wrong content")),
-                    Err(e) => return Err(format!("operation {k}: {p}: {e}")),
-                }
+                want.insert(format!("/f{k}"), Some(content(k)));
             }
             3 => {
-                let at = appends * RECORD;
-                if log.get(at..at + RECORD) != Some(&record(k)[..]) {
-                    return Err(format!("operation {k}: log record missing"));
-                }
+                want.insert("/log".into(), None);
                 appends += 1;
             }
-            _ => {}
+            _ => {
+                let v = want.remove(&format!("/f{}", k - 4)).flatten();
+                want.insert(format!("/r{}", k - 4), v);
+            }
         }
     }
+    // The operation in flight: the names it may have added or moved.
+    let k = acked;
+    let mut optional: Vec<String> = Vec::new();
+    match k % 5 {
+        0..=2 => {
+            let p = format!("/f{k}");
+            match fs.read_file(&p) {
+                Ok(d) if d.is_empty() || d == content(k) => optional.push(p),
+                Ok(d) => {
+                    return Err(format!(
+                        "operation {k} (in flight): {p} is neither empty nor whole ({} bytes)",
+                        d.len()
+                    ))
+                }
+                Err(_) => {}
+            }
+        }
+        3 => optional.push("/log".into()),
+        _ => {
+            let (from, to) = (format!("/f{}", k - 4), format!("/r{}", k - 4));
+            let (a, b) = (fs.metadata(&from).is_ok(), fs.metadata(&to).is_ok());
+            if a == b {
+                return Err(format!(
+                    "operation {k} (rename in flight): {from} {} and {to} {}",
+                    if a { "exists" } else { "is missing" },
+                    if b { "exists" } else { "is missing" }
+                ));
+            }
+            if b {
+                let v = want.remove(&from).flatten();
+                want.insert(to, v);
+            }
+        }
+    }
+    for (p, c) in &want {
+        match (fs.read_file(p), c) {
+            (Ok(d), Some(c)) if &d == c => {}
+            (Ok(_), None) => {}
+            (Ok(_), Some(_)) => return Err(format!("{p} has wrong content")),
+            (Err(e), _) => return Err(format!("{p}: {e}")),
+        }
+    }
+    let names: Vec<String> = fs
+        .read_dir("/")
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|e| format!("/{}", String::from_utf8_lossy(&e.name)))
+        .collect();
+    if let Some(extra) = names
+        .iter()
+        .find(|n| !want.contains_key(*n) && !optional.contains(n))
+    {
+        return Err(format!(
+            "extra name {extra} (acknowledged {acked} operations)"
+        ));
+    }
+    // The log: the acknowledged records, plus the one in flight whole or not at all.
+    let whole = |n: usize| (0..n).all(|i| log[i * RECORD..(i + 1) * RECORD] == record(log_op(i)));
+    let in_flight_append = k % 5 == 3;
+    let ok = (log.len() == appends * RECORD && whole(appends))
+        || (in_flight_append && log.len() == (appends + 1) * RECORD && whole(appends + 1));
+    if !ok {
+        return Err(format!(
+            "log is {} bytes, expected {} records{}",
+            log.len(),
+            appends,
+            if in_flight_append {
+                " (or one more)"
+            } else {
+                ""
+            }
+        ));
+    }
     Ok(())
+}
+
+/// The operation that appended log record `i` (operations 3, 8, 13, ...).
+fn log_op(i: usize) -> u64 {
+    i as u64 * 5 + 3
 }
 
 /// One cycle: fresh image, child started with `child` (a command that runs `child_main` on
@@ -170,4 +237,71 @@ pub fn cycle(child: &mut Command, image: &Path, seed: u64) -> Result<u64, String
         return Err(format!("fsck after recovery: {:?}", r.problems));
     }
     Ok(acked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fs_after(n: u64) -> Fs {
+        let fs = Fs::format_in_memory(&FormatOptions {
+            size_bytes: 16 << 20,
+            ..Default::default()
+        })
+        .unwrap();
+        for k in 0..n {
+            op(&fs, k).unwrap();
+        }
+        fs
+    }
+
+    fn fails(fs: &Fs, acked: u64, what: &str) {
+        let r = verify(fs, acked);
+        assert!(r.as_ref().is_err_and(|e| e.contains(what)), "{what}: {r:?}");
+    }
+
+    #[test]
+    fn in_flight_operation_is_all_or_nothing_and_no_extra_names() {
+        // Create in flight (operation 12): absent, empty or whole.
+        let fs = fs_after(12);
+        verify(&fs, 12).unwrap();
+        fs.write_file("/f12", b"").unwrap();
+        verify(&fs, 12).unwrap();
+        op(&fs, 12).unwrap();
+        verify(&fs, 12).unwrap();
+        fs.write_file("/f12", &content(12)[..10]).unwrap();
+        fails(&fs, 12, "neither empty nor whole");
+        fs.remove_file("/f12").unwrap();
+        fs.write_file("/zz", b"").unwrap();
+        fails(&fs, 12, "extra name /zz");
+        // A name the next operation (not started) would add.
+        fs.remove_file("/zz").unwrap();
+        op(&fs, 12).unwrap();
+        op(&fs, 13).unwrap();
+        verify(&fs, 14).unwrap();
+        fs.write_file("/f15", &content(15)).unwrap();
+        fails(&fs, 14, "extra name /f15");
+
+        // Append in flight (operation 13): the record whole or absent.
+        let fs = fs_after(13);
+        verify(&fs, 13).unwrap();
+        op(&fs, 13).unwrap();
+        verify(&fs, 13).unwrap();
+        let f = OpenOptions::new().append(true).open(&fs, "/log").unwrap();
+        f.write_all_at(&record(18)[..RECORD / 2], 0).unwrap();
+        fails(&fs, 13, "log is");
+
+        // Rename in flight (operation 14, /f10 -> /r10): exactly one of the two names.
+        let fs = fs_after(14);
+        verify(&fs, 14).unwrap();
+        op(&fs, 14).unwrap();
+        verify(&fs, 14).unwrap();
+        fs.hard_link("/r10", "/f10").unwrap();
+        fails(&fs, 14, "rename in flight");
+
+        // An acknowledged operation lost.
+        let fs = fs_after(14);
+        fs.remove_file("/f11").unwrap();
+        fails(&fs, 14, "/f11");
+    }
 }

@@ -22,6 +22,9 @@ pub enum Suite {
         count: u64,
         seed: u64,
     },
+    /// Bigger images (`ace::big`): more than 200 hole fills in one operation, a directory of
+    /// several blocks, ENOSPC and the abandon paths.
+    Big,
 }
 
 /// A workload with the command that reruns it alone.
@@ -33,6 +36,8 @@ pub struct Workload {
     pub mapping: MappingKind,
     /// Size of the image the workload runs on.
     pub image_bytes: u64,
+    /// How finely the tracer tears in-flight stores.
+    pub tear: trace::Tear,
 }
 
 /// The workloads of `suite` on HashFS images.
@@ -52,6 +57,17 @@ pub fn workloads_for(suite: &Suite, mapping: MappingKind) -> Vec<Workload> {
     list
 }
 
+/// Sets the tearing model of every workload of `list` (and its rerun command).
+pub fn with_tear(mut list: Vec<Workload>, tear: trace::Tear) -> Vec<Workload> {
+    for w in &mut list {
+        w.tear = tear;
+        if let trace::Tear::Words { samples } = tear {
+            w.id = format!("--tear words --tear-samples {samples} {}", w.id);
+        }
+    }
+    list
+}
+
 fn suite_workloads(suite: &Suite) -> Vec<Workload> {
     match suite {
         Suite::Seq1 => ace::seq1()
@@ -63,6 +79,7 @@ fn suite_workloads(suite: &Suite) -> Vec<Workload> {
                 depth: oracle::RecoveryDepth::Every,
                 mapping: MappingKind::HashFs,
                 image_bytes: oracle::IMAGE_BYTES,
+                tear: trace::Tear::Lines,
             })
             .collect(),
         Suite::Seq2 => ace::seq2()
@@ -74,6 +91,7 @@ fn suite_workloads(suite: &Suite) -> Vec<Workload> {
                 depth: oracle::RecoveryDepth::Every,
                 mapping: MappingKind::HashFs,
                 image_bytes: oracle::IMAGE_BYTES,
+                tear: trace::Tear::Lines,
             })
             .collect(),
         Suite::Random { count, seed } => (*seed..seed + count)
@@ -83,6 +101,19 @@ fn suite_workloads(suite: &Suite) -> Vec<Workload> {
                 depth: oracle::RecoveryDepth::FirstPerOperation,
                 mapping: MappingKind::HashFs,
                 image_bytes: oracle::IMAGE_BYTES,
+                tear: trace::Tear::Lines,
+            })
+            .collect(),
+        Suite::Big => ace::big()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, image_bytes, ops))| Workload {
+                id: format!("--big --only {i}"),
+                ops,
+                depth: oracle::RecoveryDepth::FirstPerOperation,
+                mapping: MappingKind::HashFs,
+                image_bytes,
+                tear: trace::Tear::Lines,
             })
             .collect(),
     }
@@ -98,6 +129,7 @@ pub fn tree_growth(mapping: MappingKind, extents: usize) -> Workload {
         depth: oracle::RecoveryDepth::FirstPerOperation,
         mapping,
         image_bytes: 4 << 20,
+        tear: trace::Tear::Lines,
     }
 }
 
@@ -138,7 +170,8 @@ pub fn run(
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(w) = list.get(i) else { break };
-                let o = oracle::check_workload_on(&w.ops, w.depth, w.mapping, w.image_bytes);
+                let o =
+                    oracle::check_workload_tear(&w.ops, w.depth, w.mapping, w.image_bytes, w.tear);
                 progress(i, &o);
                 let mut t = total.lock().unwrap();
                 t.fences += o.fences;

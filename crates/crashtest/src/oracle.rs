@@ -12,7 +12,7 @@ use nvmfs::media::Pm;
 use nvmfs::{FileType, Fs, MappingKind, MountOptions};
 
 use crate::ace::{self, Op};
-use crate::trace::{crash_points, Recorder};
+use crate::trace::{crash_points, crash_points_with, Recorder, Tear};
 
 /// Region size of a workload image.
 pub const IMAGE_BYTES: u64 = 512 << 10;
@@ -25,8 +25,53 @@ pub struct Outcome {
     pub violations: Vec<String>,
 }
 
-/// Path -> (type, size, content hash, link count, blocks, inode number).
-pub type Tree = BTreeMap<String, (FileType, u64, u64, u32, u64, u64)>;
+/// What the oracle compares of one name: everything `stat` shows that GUARANTEES.md makes
+/// crash-atomic (type, size, link count, blocks, inode number, permission bits, owner, device
+/// number, atime, mtime, ctime) and the whole content (file bytes or symlink target).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub file_type: FileType,
+    pub ino: u64,
+    pub size: u64,
+    pub nlink: u32,
+    pub blocks: u64,
+    pub perm: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u64,
+    pub atime: i64,
+    pub mtime: i64,
+    pub ctime: i64,
+    /// File bytes or symlink target (empty for the other types).
+    pub body: Vec<u8>,
+}
+
+impl Entry {
+    /// One line for a violation message (the body by length and hash).
+    fn show(&self) -> String {
+        format!(
+            "{:?} ino {} size {} nlink {} blocks {} mode {:o} uid {} gid {} rdev {:#x} \
+             atime {} mtime {} ctime {} body {}B#{:016x}",
+            self.file_type,
+            self.ino,
+            self.size,
+            self.nlink,
+            self.blocks,
+            self.perm,
+            self.uid,
+            self.gid,
+            self.rdev,
+            self.atime,
+            self.mtime,
+            self.ctime,
+            self.body.len(),
+            hash(&self.body)
+        )
+    }
+}
+
+/// Path -> entry.
+pub type Tree = BTreeMap<String, Entry>;
 
 fn hash(b: &[u8]) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -39,7 +84,24 @@ fn hash(b: &[u8]) -> u64 {
 pub fn tree(fs: &Fs) -> Tree {
     let mut t = Tree::new();
     if let Err(e) = walk(fs, "", &mut t) {
-        t.insert(format!("!error: {e}"), (FileType::File, 0, 0, 0, 0, 0));
+        t.insert(
+            format!("!error: {e}"),
+            Entry {
+                file_type: FileType::File,
+                ino: 0,
+                size: 0,
+                nlink: 0,
+                blocks: 0,
+                perm: 0,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                atime: 0,
+                mtime: 0,
+                ctime: 0,
+                body: Vec::new(),
+            },
+        );
     }
     t
 }
@@ -55,14 +117,21 @@ fn walk(fs: &Fs, dir: &str, t: &mut Tree) -> std::io::Result<()> {
         };
         t.insert(
             p.clone(),
-            (
-                md.file_type,
-                md.size,
-                hash(&body),
-                md.nlink,
-                md.blocks,
-                md.ino,
-            ),
+            Entry {
+                file_type: md.file_type,
+                ino: md.ino,
+                size: md.size,
+                nlink: md.nlink,
+                blocks: md.blocks,
+                perm: md.perm,
+                uid: md.uid,
+                gid: md.gid,
+                rdev: md.rdev,
+                atime: md.atime_ns,
+                mtime: md.mtime_ns,
+                ctime: md.ctime_ns,
+                body,
+            },
         );
         if md.file_type == FileType::Dir {
             walk(fs, &p, t)?;
@@ -71,16 +140,108 @@ fn walk(fs: &Fs, dir: &str, t: &mut Tree) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Equal, except that the content and block count of the inode `torn` (under any of its
-/// names) may differ: an in-place write may be torn and may have filled some of the holes it
-/// covers.
-fn same(a: &Tree, b: &Tree, torn: Option<u64>) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|((pa, va), (pb, vb))| {
-            pa == pb
-                && (va == vb
-                    || (Some(va.5) == torn && (va.0, va.1, va.3, va.5) == (vb.0, vb.1, vb.3, vb.5)))
-        })
+/// What GUARANTEES.md lets a crash leave of the one inode an operation changes outside the
+/// journal (§3, §3a, §4). Everything else must be exactly the state before or after.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Loose {
+    /// The inode (under any of its names).
+    pub ino: Option<u64>,
+    /// mtime and ctime may each be the old or the new value (overwrite, extending write,
+    /// extending truncate, direct-map sync: the times are stored after the data or size).
+    pub times: bool,
+    /// Written in place `[off, off + len)`: see [`torn_ok`]; the block count may be anything
+    /// between the old and the new one (punch hole unmaps before its transaction).
+    pub torn: Option<(u64, u64)>,
+    /// The block count may be anything between the old and the new one (more than 200
+    /// hole fills commit in several transactions, §3, §4).
+    pub blocks: bool,
+}
+
+/// The byte-level rule of an in-place write that a crash cut short (GUARANTEES.md §3): `got`
+/// (the file after recovery) against `old` and `new` (before and after the operation), file
+/// offsets = media offsets modulo 4 KiB, so 8-byte words are aligned on file offsets:
+/// inside `[off, off + len)` each aligned 8-byte word is wholly old or wholly new; outside it
+/// every byte is unchanged; bytes past the old EOF count as zeros in `old`, so there they
+/// must be new or zero.
+pub fn torn_ok(got: &[u8], old: &[u8], new: &[u8], off: u64, len: u64) -> Result<(), String> {
+    let byte = |v: &[u8], i: usize| v.get(i).copied().unwrap_or(0);
+    let (lo, hi) = (off as usize, (off + len) as usize);
+    for w in (0..got.len()).step_by(8) {
+        let r = w..(w + 8).min(got.len());
+        let is_old = r.clone().all(|i| got[i] == byte(old, i));
+        if is_old {
+            continue;
+        }
+        let inside = r.start < hi && r.end > lo;
+        let is_new = r.clone().all(|i| got[i] == byte(new, i));
+        if !inside {
+            return Err(format!(
+                "byte {w}: changed outside the written range {lo}..{hi}"
+            ));
+        }
+        if !is_new {
+            return Err(format!(
+                "word at {w}: neither old nor new ({:02x?}; old {:02x?}, new {:02x?})",
+                &got[r.clone()],
+                r.clone().map(|i| byte(old, i)).collect::<Vec<_>>(),
+                r.map(|i| byte(new, i)).collect::<Vec<_>>()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `Ok` if `t` equals `x` (the state before or after), allowing `loose`'s exceptions for its
+/// inode; otherwise the first difference.
+pub fn matches(
+    t: &Tree,
+    x: &Tree,
+    before: &Tree,
+    after: &Tree,
+    loose: &Loose,
+) -> Result<(), String> {
+    for k in x.keys() {
+        if !t.contains_key(k) {
+            return Err(format!("{k} missing"));
+        }
+    }
+    for (k, e) in t {
+        let Some(want) = x.get(k) else {
+            return Err(format!("{k} extra: {}", e.show()));
+        };
+        if e == want {
+            continue;
+        }
+        let mut e2 = e.clone();
+        if Some(e.ino) == loose.ino {
+            if let (Some(b), Some(a)) = (before.get(k), after.get(k)) {
+                if loose.times {
+                    if e.mtime == b.mtime || e.mtime == a.mtime {
+                        e2.mtime = want.mtime;
+                    }
+                    if e.ctime == b.ctime || e.ctime == a.ctime {
+                        e2.ctime = want.ctime;
+                    }
+                }
+                if (loose.torn.is_some() || loose.blocks)
+                    && (b.blocks.min(a.blocks)..=b.blocks.max(a.blocks)).contains(&e.blocks)
+                {
+                    e2.blocks = want.blocks;
+                }
+                if let Some((off, len)) = loose.torn {
+                    match torn_ok(&e.body, &b.body, &a.body, off, len) {
+                        Ok(()) if e.body.len() as u64 == want.size => e2.body = want.body.clone(),
+                        Ok(()) => {}
+                        Err(m) => return Err(format!("{k}: torn write: {m}")),
+                    }
+                }
+            }
+        }
+        if &e2 != want {
+            return Err(format!("{k} is {}, expected {}", e.show(), want.show()));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `ops` and checks every crash image.
@@ -109,6 +270,17 @@ pub fn check_workload_on(
     mapping: MappingKind,
     image_bytes: u64,
 ) -> Outcome {
+    check_workload_tear(ops, depth, mapping, image_bytes, Tear::Lines)
+}
+
+/// [`check_workload_on`] with the tracer's tearing model `tear`.
+pub fn check_workload_tear(
+    ops: &[Op],
+    depth: RecoveryDepth,
+    mapping: MappingKind,
+    image_bytes: u64,
+    tear: Tear,
+) -> Outcome {
     let rec = Arc::new(Recorder::default());
     let mut pm = Pm::in_memory(image_bytes);
     pm.set_trace(Some(rec.clone()));
@@ -122,36 +294,58 @@ pub fn check_workload_on(
         }
     };
     let base = fs.snapshot();
-    let mut states = vec![tree(&fs)];
+    // For each operation: the state before it, after each of its steps (an operation made
+    // of several file-system calls, see `Op::run_marked`), and after it.
+    let mut states: Vec<Vec<Tree>> = Vec::new();
+    let mut cur = tree(&fs);
+    let mut setup_violations = Vec::new();
     rec.start();
-    for op in ops {
+    for (k, op) in ops.iter().enumerate() {
+        let mut steps = vec![cur];
         rec.op_begin("op");
-        let _ = op.run(&fs);
+        let r = op.run_marked(&fs, &mut || steps.push(tree(&fs)));
         rec.op_end();
-        states.push(tree(&fs));
+        cur = tree(&fs);
+        // Every operation of a workload must do something: a failed or no-op operation
+        // would leave its crash images trivially equal to the state before.
+        match r {
+            Err(e) => setup_violations.push(format!("operation {k} ({op:?}) failed: {e}")),
+            // An operation expected to fail (ENOSPC) must leave everything as it was.
+            Ok(()) if op.must_fail() => {
+                if steps[0] != cur {
+                    setup_violations.push(format!(
+                        "operation {k} ({op:?}) failed but changed the tree"
+                    ))
+                }
+            }
+            Ok(()) if steps[0] == cur => {
+                setup_violations.push(format!("operation {k} ({op:?}) changed nothing"))
+            }
+            Ok(()) => {}
+        }
+        steps.push(cur.clone());
+        states.push(steps);
     }
     let events = rec.stop();
-    let (points, lost) = crash_points(&base, &events);
+    let (points, lost) = crash_points_with(&base, &events, tear);
     let mut out = Outcome {
         fences: points.len(),
-        violations: lost,
+        violations: setup_violations,
         ..Default::default()
     };
+    out.violations.extend(lost);
     let mut seen = std::collections::HashSet::new();
     let mut recovery_checked = vec![false; ops.len()];
     for p in &points {
-        let (before, after) = (&states[p.op], &states[p.op + 1]);
-        let torn = ops[p.op]
-            .torn_file()
-            .and_then(|path| before.get(path))
-            .map(|v| v.5);
+        let steps = &states[p.op];
+        let looses: Vec<Loose> = (0..steps.len() - 1)
+            .map(|s| ops[p.op].loose(s, steps))
+            .collect();
         let mut i = 0;
         p.for_each_image(&mut seen, |img| {
             out.images += 1;
             let deep = depth == RecoveryDepth::Every || !recovery_checked[p.op];
-            if let Some(v) =
-                check_image(img, before, after, torn, deep, &mut recovery_checked[p.op])
-            {
+            if let Some(v) = check_image(img, steps, &looses, deep, &mut recovery_checked[p.op]) {
                 out.violations.push(format!(
                     "operation {} ({:?}), fence {}, image {i}: {v}",
                     p.op, ops[p.op], p.fence
@@ -163,11 +357,15 @@ pub fn check_workload_on(
     out
 }
 
-fn check_image(
+/// The checks of one crash image: fsck clean, mounts with recovery, the tree matches the
+/// state before or after one step of the operation (`steps[s]` -> `steps[s + 1]`, with
+/// `looses[s]`'s exceptions; a single call has one step), fsck clean after recovery, and (if
+/// `deep` and recovery repaired something) every crash during recovery recovers to the same
+/// tree.
+pub fn check_image(
     img: &[u8],
-    before: &Tree,
-    after: &Tree,
-    torn: Option<u64>,
+    steps: &[Tree],
+    looses: &[Loose],
     deep: bool,
     recovery_checked: &mut bool,
 ) -> Option<String> {
@@ -189,22 +387,29 @@ fn check_image(
         Err(e) => return Some(format!("mount failed: {e}")),
     };
     let t = tree(&fs);
-    if !same(&t, before, torn) && !same(&t, after, torn) {
-        let diff: Vec<String> = t
-            .iter()
-            .filter(|(k, v)| before.get(*k) != Some(v) && after.get(*k) != Some(v))
-            .map(|(k, v)| format!("{k}={v:?}"))
-            .chain(
-                before
-                    .keys()
-                    .filter(|k| !t.contains_key(*k) && after.contains_key(*k))
-                    .map(|k| format!("{k} missing")),
-            )
-            .take(6)
-            .collect();
+    let mut why = Vec::new();
+    let fits = steps.windows(2).zip(looses).any(|(w, loose)| {
+        let (before, after) = (&w[0], &w[1]);
+        match (
+            matches(&t, before, before, after, loose),
+            matches(&t, after, before, after, loose),
+        ) {
+            (Err(b), Err(a)) => {
+                why.push((b, a));
+                false
+            }
+            _ => true,
+        }
+    });
+    if !fits {
+        let (b, a) = (&why[0].0, &why[why.len() - 1].1);
+        let via = if steps.len() > 2 {
+            format!(" (nor any of its {} intermediate steps)", steps.len() - 2)
+        } else {
+            String::new()
+        };
         return Some(format!(
-            "state is neither before nor after: {}",
-            diff.join(", ")
+            "state is neither before nor after{via}: against before: {b}; against after: {a}"
         ));
     }
     let r = check_pm(&Pm::from_bytes(&fs.snapshot()));
@@ -255,4 +460,204 @@ fn check_recovery_crashes(
         });
     }
     err
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvmfs::layout::inode;
+    use nvmfs::OpenOptions;
+
+    /// The populated image, the state before, and `op`'s state and image after.
+    fn run(op: &Op) -> (Tree, Tree, Vec<u8>) {
+        let fs = Fs::format_pm_with(Pm::in_memory(IMAGE_BYTES), MappingKind::HashFs).unwrap();
+        ace::populate(&fs).unwrap();
+        let before = tree(&fs);
+        op.run(&fs).unwrap();
+        (before, tree(&fs), fs.snapshot())
+    }
+
+    fn check(img: &[u8], before: &Tree, after: &Tree, loose: &Loose) -> Option<String> {
+        let steps = [before.clone(), after.clone()];
+        check_image(img, &steps, std::slice::from_ref(loose), false, &mut false)
+    }
+
+    /// Patches `len` bytes at `field` of the record of `path`'s inode in `img`.
+    fn patch(img: &[u8], t: &Tree, path: &str, field: usize, value: u64, len: usize) -> Vec<u8> {
+        let fs = Fs::mount_pm(Pm::from_bytes(img), &MountOptions::default(), None, None).unwrap();
+        let off = fs.superblock().geo.inode_off(t[path].ino) as usize + field;
+        let mut img = img.to_vec();
+        img[off..off + len].copy_from_slice(&value.to_le_bytes()[..len]);
+        img
+    }
+
+    #[test]
+    fn unchanged_images_pass() {
+        for op in [
+            Op::Chmod("/foo", 0o600),
+            Op::Mknod("/B/null", libc::S_IFCHR | 0o666, libc::makedev(1, 3)),
+        ] {
+            let (before, after, img) = run(&op);
+            assert_eq!(check(&img, &before, &after, &Loose::default()), None);
+        }
+    }
+
+    #[test]
+    fn every_compared_attribute_is_checked() {
+        let (before, after, img) = run(&Op::Chmod("/foo", 0o600));
+        let e = &after["/foo"];
+        let fields: [(&str, usize, u64, usize); 7] = [
+            ("mode", inode::O_MODE, (libc::S_IFREG | 0o601) as u64, 4),
+            ("uid", inode::O_UID, e.uid as u64 + 1, 4),
+            ("gid", inode::O_GID, e.gid as u64 + 1, 4),
+            ("atime", inode::O_ATIME, e.atime as u64 + 1, 8),
+            ("mtime", inode::O_MTIME, e.mtime as u64 + 1, 8),
+            ("ctime", inode::O_CTIME, e.ctime as u64 + 1, 8),
+            // The mode as before but the ctime as after: a half-applied setattr.
+            ("ctime", inode::O_CTIME, before["/foo"].ctime as u64, 8),
+        ];
+        for (name, field, value, len) in fields {
+            let bad = patch(&img, &after, "/foo", field, value, len);
+            let v = check(&bad, &before, &after, &Loose::default());
+            assert!(
+                v.as_deref().is_some_and(|v| v.contains("neither")),
+                "{name} not caught: {v:?}"
+            );
+        }
+        // rdev of a device node.
+        let (before, after, img) = run(&Op::Mknod(
+            "/B/null",
+            libc::S_IFCHR | 0o666,
+            libc::makedev(1, 3),
+        ));
+        let bad = patch(&img, &after, "/B/null", inode::O_INLINE, 0x0105, 8);
+        let v = check(&bad, &before, &after, &Loose::default());
+        assert!(
+            v.as_deref().is_some_and(|v| v.contains("rdev 0x105")),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn times_may_lag_only_where_promised() {
+        let op = Op::Append("/bar", 100);
+        let (before, after, img) = run(&op);
+        let loose = op.loose(0, std::slice::from_ref(&before));
+        assert!(loose.times && loose.torn.is_none());
+        let old = before["/bar"].mtime as u64;
+        let lagging = patch(&img, &after, "/bar", inode::O_MTIME, old, 8);
+        assert_eq!(check(&lagging, &before, &after, &loose), None);
+        // Not for an operation made atomic by the journal.
+        assert!(check(&lagging, &before, &after, &Loose::default()).is_some());
+        // Nor a third value.
+        let other = patch(&img, &after, "/bar", inode::O_MTIME, old + 1, 8);
+        assert!(check(&other, &before, &after, &loose).is_some());
+    }
+
+    #[test]
+    fn torn_words_rule() {
+        let old: Vec<u8> = (0..64).collect();
+        let new: Vec<u8> = (0..64)
+            .map(|i| if (8..40).contains(&i) { 200 + i } else { i })
+            .collect();
+        let mut got = old.clone();
+        got[16..24].copy_from_slice(&new[16..24]);
+        assert_eq!(torn_ok(&got, &old, &new, 8, 32), Ok(()));
+        assert_eq!(torn_ok(&new, &old, &new, 8, 32), Ok(()));
+        assert_eq!(torn_ok(&old, &old, &new, 8, 32), Ok(()));
+        // Half a word new.
+        let mut half = old.clone();
+        half[16..20].copy_from_slice(&new[16..20]);
+        assert!(torn_ok(&half, &old, &new, 8, 32)
+            .unwrap_err()
+            .contains("word at 16"));
+        // A byte outside the range changed.
+        let mut outside = new.clone();
+        outside[50] ^= 1;
+        assert!(torn_ok(&outside, &old, &new, 8, 32)
+            .unwrap_err()
+            .contains("outside"));
+        // Past the old EOF (old is 40 bytes): new or zero, nothing else.
+        let short = &old[..40];
+        let mut grown = new.clone();
+        grown[40..48].fill(0);
+        assert_eq!(torn_ok(&grown, short, &new, 8, 56), Ok(()));
+        grown[44] = 7;
+        assert!(torn_ok(&grown, short, &new, 8, 56).is_err());
+    }
+
+    #[test]
+    fn torn_overwrite_is_checked_word_by_word() {
+        let op = Op::Overwrite("/foo", 10, 100);
+        let fs = Fs::format_pm_with(Pm::in_memory(IMAGE_BYTES), MappingKind::HashFs).unwrap();
+        ace::populate(&fs).unwrap();
+        let (before, base) = (tree(&fs), fs.snapshot());
+        op.run(&fs).unwrap();
+        let after = tree(&fs);
+        let loose = op.loose(0, std::slice::from_ref(&before));
+        let (old, new) = (&before["/foo"].body, &after["/foo"].body);
+        // The state before with /foo's bytes [0, 128) taken from `pick` (0 old, 1 new,
+        // 2 neither).
+        let image_with = |pick: &dyn Fn(usize) -> u8| {
+            let fs =
+                Fs::mount_pm(Pm::from_bytes(&base), &MountOptions::default(), None, None).unwrap();
+            let buf: Vec<u8> = (0..128)
+                .map(|i| match pick(i) {
+                    0 => old[i],
+                    1 => new[i],
+                    _ => old[i] ^ new[i] ^ 0x5a,
+                })
+                .collect();
+            OpenOptions::new()
+                .write(true)
+                .open(&fs, "/foo")
+                .unwrap()
+                .write_all_at(&buf, 0)
+                .unwrap();
+            // The times as before (the write stamped its own).
+            let (m, c) = (before["/foo"].mtime as u64, before["/foo"].ctime as u64);
+            let img = patch(&fs.snapshot(), &before, "/foo", inode::O_MTIME, m, 8);
+            patch(&img, &before, "/foo", inode::O_CTIME, c, 8)
+        };
+        // Whole words mixed: allowed.
+        let ok = image_with(&|i| ((i / 8) % 2) as u8);
+        assert_eq!(check(&ok, &before, &after, &loose), None);
+        // Half of the word at 16 new: caught.
+        let bad = image_with(&|i| u8::from((16..20).contains(&i)));
+        let v = check(&bad, &before, &after, &loose);
+        assert!(
+            v.as_deref().is_some_and(|v| v.contains("word at 16")),
+            "{v:?}"
+        );
+        // A word of neither: caught.
+        let bad = image_with(&|i| if (40..48).contains(&i) { 2 } else { 1 });
+        let v = check(&bad, &before, &after, &loose);
+        assert!(
+            v.as_deref().is_some_and(|v| v.contains("word at 40")),
+            "{v:?}"
+        );
+        // A byte past the written range [10, 110) changed: caught.
+        let bad = image_with(&|i| if i == 120 { 2 } else { u8::from(i < 110) });
+        let v = check(&bad, &before, &after, &loose);
+        assert!(v.as_deref().is_some_and(|v| v.contains("outside")), "{v:?}");
+        // The same torn image is a violation for an operation promised atomic.
+        assert!(check(&ok, &before, &after, &Loose::default()).is_some());
+    }
+
+    #[test]
+    fn failed_and_no_op_operations_are_violations() {
+        let o = check_workload(&[Op::Rmdir("/A")]);
+        assert!(
+            o.violations.iter().any(|v| v.contains("failed")),
+            "{:?}",
+            o.violations
+        );
+        // A punch past the mapped end does nothing.
+        let o = check_workload(&[Op::Punch("/bar", 8192, 4096)]);
+        assert!(
+            o.violations.iter().any(|v| v.contains("changed nothing")),
+            "{:?}",
+            o.violations
+        );
+    }
 }

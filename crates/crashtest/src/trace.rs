@@ -6,6 +6,18 @@
 //! have persisted; stores to one line persist in order (a prefix of them); aligned 8-byte
 //! stores are atomic (stores are recorded split at line boundaries, never below 8 bytes
 //! apart from the tails of unaligned copies).
+//!
+//! [`Tear::Lines`] (the default) treats each recorded store's piece of a line as one unit: a
+//! line keeps a prefix of its pieces, so a 64-byte copy into one line persists whole or not
+//! at all. [`Tear::Words`] drops that assumption, since a copy is many store instructions whose
+//! order inside a line is not architectural (fast-string `rep movs` stores may persist in any
+//! order): a line keeps a prefix of its pieces and then any subset of the next piece's
+//! aligned words, 8 bytes for cached stores and 16 for non-temporal ones (`movntdq`). The
+//! combinations explode (2^8 per cached piece), so on top of the line-level images each
+//! crash point gets `samples` seeded random images: in half of them one random line is torn
+//! (a random prefix of its pieces, then a random subset of the next piece's words) and every
+//! other in-flight line persists wholly or not at all; in the other half every in-flight line
+//! is cut that way independently.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -86,6 +98,19 @@ struct Piece {
     data: Vec<u8>,
     /// Written back (or non-temporal): durable at the next fence.
     flushed: bool,
+    /// A non-temporal store: torn at 16 bytes instead of 8 under [`Tear::Words`].
+    nt: bool,
+}
+
+/// How finely in-flight stores may persist (see the module documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tear {
+    /// Each recorded store's piece of a line persists whole (a prefix of pieces per line).
+    #[default]
+    Lines,
+    /// Also tear pieces at 8-byte words (16 for non-temporal stores): `samples` seeded
+    /// random images per crash point on top of the line-level ones.
+    Words { samples: usize },
 }
 
 /// A point where power could fail: the durable image and what was in flight. Its images are
@@ -98,6 +123,7 @@ pub struct CrashPoint {
     durable: Vec<u8>,
     /// Pending pieces of each in-flight line, in store order.
     lines: Vec<Vec<Piece>>,
+    tear: Tear,
 }
 
 /// How many in-flight lines are enumerated exhaustively (all 2^n subsets).
@@ -105,6 +131,10 @@ const EXHAUSTIVE_LINES: usize = 6;
 /// Above that: each line alone and all but each line, the first/middle/last line torn off,
 /// and this many seeded pairs.
 const SAMPLED_PAIRS: usize = 24;
+/// Up to this many lines in flight, each line alone and all but each line are tried...
+const EACH_LINE_MAX: usize = 256;
+/// ...above it, only this many of them, chosen by a seeded shuffle.
+const EACH_LINE_SAMPLE: usize = 64;
 
 impl CrashPoint {
     /// How many prefix choices of each line this point tries (before deduplication).
@@ -129,7 +159,18 @@ impl CrashPoint {
             }
         } else {
             let none = vec![0; n];
-            for i in 0..n {
+            // Each line alone and all but each line; past EACH_LINE_MAX lines in flight (a
+            // write of megabytes) only a seeded sample of them, or the images explode.
+            let each: Vec<usize> = if n <= EACH_LINE_MAX {
+                (0..n).collect()
+            } else {
+                let mut v: Vec<usize> = (0..n).collect();
+                fastrand::Rng::with_seed(self.fence as u64 ^ 0x11ce).shuffle(&mut v);
+                v.truncate(EACH_LINE_SAMPLE);
+                v.sort_unstable();
+                v
+            };
+            for i in each {
                 out.push(with(&[i], &none, true));
                 out.push(with(&[i], &all, false));
             }
@@ -161,14 +202,9 @@ impl CrashPoint {
     /// Calls `f` with every distinct image this point can leave (not seen before in `seen`).
     pub fn for_each_image(&self, seen: &mut HashSet<u64>, mut f: impl FnMut(&[u8])) {
         let mut img = self.durable.clone();
-        for c in self.choices() {
-            for (ps, &k) in self.lines.iter().zip(&c) {
-                for p in &ps[..k] {
-                    apply(&mut img, p);
-                }
-            }
-            if seen.insert(hash(&img)) {
-                f(&img);
+        let mut emit = |img: &mut Vec<u8>| {
+            if seen.insert(hash(img)) {
+                f(img);
             }
             // Undo: restore the touched bytes from the durable image.
             for ps in &self.lines {
@@ -177,13 +213,69 @@ impl CrashPoint {
                     img[r.clone()].copy_from_slice(&self.durable[r]);
                 }
             }
+        };
+        for c in self.choices() {
+            for (ps, &k) in self.lines.iter().zip(&c) {
+                for p in &ps[..k] {
+                    apply(&mut img, p);
+                }
+            }
+            emit(&mut img);
         }
+        let Tear::Words { samples } = self.tear else {
+            return;
+        };
+        if self.lines.is_empty() {
+            return;
+        }
+        let mut rng = fastrand::Rng::with_seed(self.fence as u64 ^ 0x7ea2_0000);
+        for s in 0..samples {
+            let one = (s % 2 == 0).then(|| rng.usize(0..self.lines.len()));
+            for (l, ps) in self.lines.iter().enumerate() {
+                if one.is_some_and(|o| o != l) {
+                    if rng.bool() {
+                        ps.iter().for_each(|p| apply(&mut img, p));
+                    }
+                    continue;
+                }
+                let k = rng.usize(0..ps.len());
+                for p in &ps[..k] {
+                    apply(&mut img, p);
+                }
+                apply_words(&mut img, &ps[k], &mut rng);
+            }
+            emit(&mut img);
+        }
+    }
+}
+
+/// Applies a random subset of the aligned words of `p` (8 bytes, 16 if non-temporal).
+fn apply_words(img: &mut [u8], p: &Piece, rng: &mut fastrand::Rng) {
+    let word = if p.nt { 16 } else { 8 };
+    let end = p.off + p.data.len() as u64;
+    let mut at = p.off;
+    while at < end {
+        let next = ((at / word + 1) * word).min(end);
+        if rng.bool() {
+            let r = (at - p.off) as usize..(next - p.off) as usize;
+            img[at as usize..next as usize].copy_from_slice(&p.data[r]);
+        }
+        at = next;
     }
 }
 
 /// Replays `events` from `base` and returns the crash points (one per fence inside an
 /// operation), plus the stores left unflushed or unfenced at the end of an operation.
 pub fn crash_points(base: &[u8], events: &[Event]) -> (Vec<CrashPoint>, Vec<String>) {
+    crash_points_with(base, events, Tear::Lines)
+}
+
+/// [`crash_points`] under the tearing model `tear`.
+pub fn crash_points_with(
+    base: &[u8],
+    events: &[Event],
+    tear: Tear,
+) -> (Vec<CrashPoint>, Vec<String>) {
     let mut durable = base.to_vec();
     let mut pending: BTreeMap<u64, Vec<Piece>> = BTreeMap::new();
     let mut points = Vec::new();
@@ -210,6 +302,7 @@ pub fn crash_points(base: &[u8], events: &[Event]) -> (Vec<CrashPoint>, Vec<Stri
                         fence: i,
                         durable: durable.clone(),
                         lines,
+                        tear,
                     });
                 }
                 apply_fence(&mut durable, &mut pending);
@@ -241,6 +334,7 @@ fn split_store(pending: &mut BTreeMap<u64, Vec<Piece>>, off: u64, data: &[u8], n
             off: pos,
             data: data[at..at + take].to_vec(),
             flushed: nt,
+            nt,
         });
         at += take;
     }
@@ -339,5 +433,50 @@ mod tests {
         // none, first only, both; never the second without the first.
         assert_eq!(imgs.len(), 3);
         assert!(!imgs.iter().any(|i| i[0] == 0 && i[8] == 2));
+    }
+
+    #[test]
+    fn words_mode_tears_a_store_at_words_lines_mode_does_not() {
+        let base = vec![0u8; 128];
+        let ev = |nt| {
+            vec![
+                Event::OpBegin("x"),
+                Event::Store {
+                    off: 0,
+                    data: vec![0xff; 64],
+                    nt,
+                },
+                Event::Flush { line: 0 },
+                Event::Fence,
+                Event::OpEnd,
+            ]
+        };
+        let (points, _) = crash_points_with(&base, &ev(false), Tear::Lines);
+        assert_eq!(images(&points[0]).len(), 2, "whole line or nothing");
+        let (points, _) = crash_points_with(&base, &ev(false), Tear::Words { samples: 64 });
+        let imgs = images(&points[0]);
+        assert!(imgs.len() > 10, "{} images", imgs.len());
+        for img in &imgs {
+            for w in img[..64].chunks(8) {
+                assert!(
+                    w == [0; 8] || w == [0xff; 8],
+                    "word torn below 8 bytes: {w:?}"
+                );
+            }
+        }
+        // Not only prefixes: some image has a later word without an earlier one.
+        assert!(imgs.iter().any(|i| i[0] == 0 && i[8..64].contains(&0xff)));
+        // Non-temporal stores tear at 16 bytes.
+        let (points, _) = crash_points_with(&base, &ev(true), Tear::Words { samples: 64 });
+        let imgs = images(&points[0]);
+        assert!(imgs.len() > 4, "{} images", imgs.len());
+        for img in &imgs {
+            for w in img[..64].chunks(16) {
+                assert!(
+                    w == [0; 16] || w == [0xff; 16],
+                    "torn below 16 bytes: {w:?}"
+                );
+            }
+        }
     }
 }

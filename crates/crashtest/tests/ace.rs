@@ -33,6 +33,28 @@ fn check_on(
 }
 
 #[test]
+fn every_ace_operation_applies() {
+    let bad: Vec<_> = nvmfs_crashtest::ace::seq1()
+        .into_iter()
+        .filter(|op| !nvmfs_crashtest::ace::valid(std::slice::from_ref(op)))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "seq-1 operations that fail or change nothing: {bad:?}"
+    );
+    let pairs = nvmfs_crashtest::ace::seq2();
+    assert!(pairs.iter().all(|w| w.len() == 2));
+    eprintln!("seq-2: {} valid pairs", pairs.len());
+    for seed in 1..20 {
+        let ops = nvmfs_crashtest::ace::random(seed, 20);
+        assert!(
+            !ops.is_empty() && nvmfs_crashtest::ace::valid(&ops),
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
 fn ace_seq1_all() {
     let s = check(Suite::Seq1, None);
     assert_eq!(s.workloads, nvmfs_crashtest::ace::seq1().len());
@@ -48,6 +70,32 @@ fn ace_seq1_all_extent_tree() {
 fn ace_seq1_all_radix_tree() {
     let s = check_on(Suite::Seq1, None, MappingKind::Radix);
     assert_eq!(s.workloads, nvmfs_crashtest::ace::seq1().len());
+}
+
+/// A seeded sample of 24 seq-1 workloads on every mapping with stores also torn at 8-byte
+/// words (16 for non-temporal stores), 8 random word-torn images per fence; `nvmfs crashtest
+/// --tear words --ace seq1` runs all of them with 32.
+#[test]
+fn ace_seq1_torn_words_every_mapping() {
+    for (k, mapping) in MappingKind::ALL.into_iter().enumerate() {
+        let mut list = nvmfs_crashtest::with_tear(
+            workloads_for(&Suite::Seq1, mapping),
+            nvmfs_crashtest::trace::Tear::Words { samples: 8 },
+        );
+        fastrand::Rng::with_seed(2026 + k as u64).shuffle(&mut list);
+        list.truncate(24);
+        let s = run(&list, 2, &|_, _| {});
+        assert!(
+            s.violations.is_empty(),
+            "{} violations, first: {:#?}",
+            s.violations.len(),
+            &s.violations[..s.violations.len().min(5)]
+        );
+        eprintln!(
+            "{mapping} seq-1 sample, torn words: {} workloads, {} fences, {} crash images, 0 violations",
+            s.workloads, s.fences, s.images
+        );
+    }
 }
 
 #[test]
@@ -112,4 +160,46 @@ fn ace_seq2_sample() {
 #[test]
 fn random_sequences_sample() {
     check(Suite::Random { count: 12, seed: 1 }, None);
+}
+
+/// Bigger images (`nvmfs crashtest --big`): more than 200 hole fills in one write, fallocate
+/// and direct map; fallocate of 300 blocks past EOF and a punch of 250; a directory of 100
+/// long names (several blocks) with unlinks, renames and appends; ENOSPC: fill the image,
+/// a fallocate and an append that must fail cleanly, free and reuse. By default only the
+/// 276-hole overwrite and the ENOSPC workload on HashFS (about a minute); `BIG_ALL=1` runs
+/// all six, `BIG_MAPPINGS=1` also on the tree mappings.
+#[test]
+fn big_images() {
+    let all = std::env::var_os("BIG_ALL").is_some();
+    let mappings = std::env::var_os("BIG_MAPPINGS").is_some();
+    for mapping in MappingKind::ALL {
+        if mapping != MappingKind::HashFs && !mappings {
+            continue;
+        }
+        let mut list = workloads_for(&Suite::Big, mapping);
+        if !all {
+            list.retain(|w| w.id.ends_with("--only 0") || w.id.ends_with("--only 5"));
+        }
+        let t0 = std::time::Instant::now();
+        let s = run(&list, 2, &|i, o| {
+            eprintln!(
+                "  {}: {} fences, {} images, {} violations, at {:.0} s",
+                list[i].id,
+                o.fences,
+                o.images,
+                o.violations.len(),
+                t0.elapsed().as_secs_f64()
+            )
+        });
+        assert!(
+            s.violations.is_empty(),
+            "{} violations, first: {:#?}",
+            s.violations.len(),
+            &s.violations[..s.violations.len().min(5)]
+        );
+        eprintln!(
+            "{mapping} big images: {} workloads, {} fences, {} crash images, 0 violations",
+            s.workloads, s.fences, s.images
+        );
+    }
 }
