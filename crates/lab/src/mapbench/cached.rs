@@ -42,8 +42,15 @@ impl<'a> PageCachedExtents<'a> {
         Ok(p)
     }
 
-    /// Drops cached extents at or past `from` (after the PM blocks are trimmed).
-    pub fn forget_from(&mut self, from: u32) {
+    /// Unmaps the PM blocks in [`from`, `to`) and drops them from the copy.
+    pub fn trim(&mut self, from: u32, to: u32) -> io::Result<u64> {
+        let n = self.file.trim(from, to)?;
+        self.forget_from(from);
+        Ok(n)
+    }
+
+    /// Drops cached extents at or past `from`.
+    fn forget_from(&mut self, from: u32) {
         self.extents.split_off(&from);
         if let Some((&start, e)) = self.extents.range_mut(..from).next_back() {
             e.1 = e.1.min(from - start);
