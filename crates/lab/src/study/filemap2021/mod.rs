@@ -149,12 +149,12 @@ impl MapStudyConfig {
     /// 10 trials) or neither.
     pub fn for_size(size: Size, out_dir: PathBuf) -> Self {
         let (trials, cold_reps, big, util, appends, pairs) = match size {
-            Size::Quick => (6, 15, 128 * MIB, 256 * MIB, 16_384, 2_048),
+            Size::Quick => (10, 21, 128 * MIB, 256 * MIB, 16_384, 4_096),
             Size::Default => (10, 21, 512 * MIB, 1024 * MIB, 50_000, 8_192),
             Size::Full => (10, 31, 1024 * MIB, 4096 * MIB, 100_000, 16_384),
         };
         let filebench = match size {
-            Size::Quick => (3, 0.3, 1.0),
+            Size::Quick => (4, 0.3, 2.0),
             Size::Default => (4, 1.0, 5.0),
             Size::Full => (5, 5.0, 30.0),
         };
