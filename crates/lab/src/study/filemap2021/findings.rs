@@ -192,7 +192,7 @@ pub fn findings(cfg: &MapStudyConfig) -> Vec<MapFinding> {
                 faster(frag(1.0, "extent", "seq-read"), frag(fs, "extent", "seq-read"), None),
                 alike(frag(1.0, "radix", "rand-read"), frag(fs, "radix", "rand-read"), Some(1.0)),
             ],
-            caveat: "HashFS runs at 1.0 only: it has no block allocator to fragment (mkfs refuses --layout-score for it)",
+            caveat: "single cold lookups vary by 10-50% on a shared 2-core machine, and a contiguous extent file is one extent the cursor answers; HashFS runs at 1.0 only (no block allocator to fragment: mkfs refuses --layout-score for it)",
         },
         MapFinding {
             id: "per-file-grows-with-file-size",
@@ -238,7 +238,7 @@ pub fn findings(cfg: &MapStudyConfig) -> Vec<MapFinding> {
         },
         MapFinding {
             id: "ranking-unchanged-with-threads",
-            statement: "Mapping cost grows a little with threads, and the ranking of the mappings does not change",
+            statement: "Mapping cost grows a little with threads, and the ranking of the mappings does not change (no two mappings swap places significantly)",
             paper_evidence: "Fig. 10: 1-8 threads reading and appending one file; up to 13% slower (extent trees), same order at every count",
             checks: vec![
                 Check {
@@ -416,30 +416,49 @@ impl Sel {
     }
 }
 
-/// The mappings by mean cycles (fastest first) at each setting of one measurement.
-fn rankings(
-    result: &MapStudyResult,
+/// The rows of one measurement at each of its settings, in order, each sorted fastest first.
+fn rankings<'a>(
+    result: &'a MapStudyResult,
     experiment: &str,
     op: &str,
     cache: &str,
-) -> Vec<(String, Vec<String>)> {
+) -> Vec<(String, Vec<&'a MapRow>)> {
     let rows: Vec<&MapRow> = result
         .rows
         .iter()
         .filter(|r| r.experiment == experiment && r.op == op && r.cache == cache)
         .collect();
-    let mut params: Vec<String> = rows.iter().map(|r| r.param.clone()).collect();
-    params.dedup();
+    let mut params: Vec<&str> = Vec::new();
+    for r in &rows {
+        if !params.contains(&r.param.as_str()) {
+            params.push(&r.param);
+        }
+    }
     params
         .into_iter()
         .map(|p| {
-            let mut at: Vec<&&MapRow> = rows.iter().filter(|r| r.param == p).collect();
+            let mut at: Vec<&MapRow> = rows.iter().copied().filter(|r| r.param == p).collect();
             at.sort_by(|x, y| x.summary.mean.total_cmp(&y.summary.mean));
-            (p, at.iter().map(|r| r.mapping.clone()).collect())
+            (p.to_string(), at)
         })
         .collect()
 }
 
+/// Pairs (faster, slower) of mappings significantly apart at one setting.
+fn significant_order(at: &[&MapRow]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, x) in at.iter().enumerate() {
+        for y in &at[i + 1..] {
+            if compare(&x.summary, &y.summary).significant {
+                out.push((x.mapping.clone(), y.mapping.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The ranking is unchanged when no two mappings swap places significantly between settings
+/// (mappings within each other's noise may trade places).
 fn same_ranking(
     result: &MapStudyResult,
     experiment: &str,
@@ -451,13 +470,27 @@ fn same_ranking(
     let ranks = rankings(result, experiment, op, cache);
     let complete = ranks.len() >= 2 && ranks.iter().all(|(_, r)| r.len() >= 2);
     if !complete {
-        let probe = sel("concurrency", String::new(), "rand-read", "hot");
+        let probe = sel(
+            experiment_static(experiment),
+            String::new(),
+            "rand-read",
+            "hot",
+        );
         return absent(what, paper, &[&probe]);
     }
-    let same = ranks.windows(2).all(|w| w[0].1 == w[1].1);
+    let orders: Vec<Vec<(String, String)>> =
+        ranks.iter().map(|(_, at)| significant_order(at)).collect();
+    let swapped = orders.iter().any(|a| {
+        orders
+            .iter()
+            .any(|b| a.iter().any(|(f, s)| b.contains(&(s.clone(), f.clone()))))
+    });
     let detail = ranks
         .iter()
-        .map(|(p, r)| format!("{p}: {}", r.join(" < ")))
+        .map(|(p, at)| {
+            let names: Vec<&str> = at.iter().map(|r| r.mapping.as_str()).collect();
+            format!("{p}: {}", names.join(" < "))
+        })
         .collect::<Vec<_>>()
         .join("; ");
     CheckResult {
@@ -465,14 +498,19 @@ fn same_ranking(
         paper,
         measured: None,
         significant: None,
-        verdict: if same {
-            Verdict::Reproduced
-        } else {
+        verdict: if swapped {
             Verdict::NotReproduced
+        } else {
+            Verdict::Reproduced
         },
         not_run: false,
         detail,
     }
+}
+
+/// The experiment id as the static string of [`super::EXPERIMENTS`].
+fn experiment_static(id: &str) -> &'static str {
+    super::experiment(id).map_or("concurrency", |e| e.id)
 }
 
 #[cfg(test)]
@@ -496,5 +534,64 @@ mod tests {
             }
         }
         assert!(built("extent+page-cache") && built("hashfs") && !built("cuckoo"));
+    }
+
+    fn row(param: &str, mapping: &str, samples: &[f64]) -> MapRow {
+        MapRow {
+            experiment: "concurrency",
+            figure: "Fig. 10",
+            param: param.into(),
+            op: "rand-read".into(),
+            cache: "hot",
+            mapping: mapping.into(),
+            metric: "cycles",
+            summary: crate::stats::Summary::of(samples).unwrap(),
+            samples: samples.to_vec(),
+        }
+    }
+
+    fn result(rows: Vec<MapRow>) -> MapStudyResult {
+        MapStudyResult {
+            config: MapStudyConfig::for_size(Size::Quick, "x".into()),
+            mappings: vec!["hashfs".into(), "extent".into(), "radix".into()],
+            rows,
+            notes: Vec::new(),
+            failures: Vec::new(),
+            interrupted: false,
+            wall_seconds: 0.0,
+            unit: "cycles",
+        }
+    }
+
+    #[test]
+    fn a_ranking_changes_only_when_two_mappings_swap_significantly() {
+        // hashfs and radix trade places within their noise; extent stays last.
+        let mut rows = vec![
+            row("1 threads", "hashfs", &[30.0, 31.0, 29.0]),
+            row("1 threads", "radix", &[29.0, 30.0, 28.0]),
+            row("1 threads", "extent", &[900.0, 910.0, 890.0]),
+            row("2 threads", "hashfs", &[29.0, 30.0, 28.0]),
+            row("2 threads", "radix", &[30.0, 31.0, 29.0]),
+            row("2 threads", "extent", &[950.0, 960.0, 940.0]),
+        ];
+        let same = same_ranking(
+            &result(rows.clone()),
+            "concurrency",
+            "rand-read",
+            "hot",
+            None,
+        );
+        assert_eq!(same.verdict, Verdict::Reproduced, "{}", same.detail);
+        assert!(same
+            .detail
+            .starts_with("1 threads: radix < hashfs < extent; 2 threads"));
+        // extent becomes significantly faster than hashfs at 2 threads.
+        rows[5] = row("2 threads", "extent", &[10.0, 10.5, 9.5]);
+        let swapped = same_ranking(&result(rows), "concurrency", "rand-read", "hot", None);
+        assert_eq!(swapped.verdict, Verdict::NotReproduced);
+        // Nothing measured: not run only when a mapping is missing from the build.
+        let none = same_ranking(&result(Vec::new()), "concurrency", "rand-read", "hot", None);
+        assert_eq!(none.verdict, Verdict::NotMeasured);
+        assert!(!none.not_run);
     }
 }
