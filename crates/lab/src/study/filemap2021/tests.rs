@@ -26,9 +26,9 @@ fn tiny(out: PathBuf) -> MapStudyConfig {
     c.filebench = FilebenchPhases {
         files: 100,
         threads: Some(4),
-        trials: 3,
+        trials: 2,
         warmup_seconds: 0.0,
-        run_seconds: 0.1,
+        run_seconds: 0.05,
     };
     if std::path::Path::new("/dev/shm").is_dir() {
         c.shm_dir = "/dev/shm".into();
