@@ -21,6 +21,7 @@ mod output;
 mod run;
 mod size;
 mod study;
+mod study_map;
 mod trace;
 
 use clap::{CommandFactory, Parser, Subcommand};

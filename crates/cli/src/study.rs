@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use indicatif::{ProgressBar, ProgressStyle};
 use nvmfs_lab::kernel;
 use nvmfs_lab::study::targets::Runner;
-use nvmfs_lab::study::{self, env::Environment, Cell, CellStatus, Size, StudyConfig};
+use nvmfs_lab::study::{self, env::Environment, filemap2021, Cell, CellStatus, Size, StudyConfig};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -38,6 +38,16 @@ use nvmfs_lab::study::{self, env::Environment, Cell, CellStatus, Size, StudyConf
         directory gets config.json, environment.json, raw/*.json, trials.csv, results.json, \
         results.csv, report.md and SVG/PNG figures (bars normalised to the baseline, or \
         scaling curves).\n\n\
+        file-mapping-2021 runs \"Rethinking File Mapping for Persistent Memory\" (Neal et al., \
+        FAST'21) section 4 on every mapping nvmfs has (hashfs, extent, radix, and any added \
+        later): the CPU cycles (rdtscp) of the mapping operations alone, cold (one operation \
+        after evicting the caches) and hot (100,000 averaged), for locality, fragmentation \
+        (layout score 1.0 and 0.7), file size, I/O size (with the mapping's share of the read \
+        path), space utilisation (80/90/95% full), 1-8 threads and a page-cached extent tree \
+        (Figs. 5-11), and Filebench fileserver and webproxy with Table 2's parameters on an \
+        image of each mapping (Fig. 12). --workload picks experiments (locality, \
+        fragmentation, file-size, io-size, utilisation, concurrency, page-cache, filebench), \
+        --target picks mappings; --trials sets the samples per measurement.\n\n\
         Loop devices, mounts and images are removed on success, on error and on Ctrl-C (a second \
         Ctrl-C tears down at once and exits 130).",
     after_help = "Examples:\n  nvmfs study nvm-2015 --quick\n  \
@@ -45,12 +55,14 @@ use nvmfs_lab::study::{self, env::Environment, Cell, CellStatus, Size, StudyConf
         nvmfs study nvm-2015 --quick --target nvmfs --target fuse:nvmfs --target dir:/mnt/pmem\n  \
         nvmfs study nvm-2015 --full --out results/full\n  \
         nvmfs study linux-2002 --quick\n  \
-        nvmfs study linux-2002 --quick --target nvmfs --target ext2 --workload aim7"
+        nvmfs study linux-2002 --quick --target nvmfs --target ext2 --workload aim7\n  \
+        nvmfs study file-mapping-2021 --quick\n  \
+        nvmfs study file-mapping-2021 --quick --workload locality --target hashfs --target radix"
 )]
 pub struct Args {
-    /// The study: nvm-2015 or linux-2002
-    #[arg(value_parser = ["nvm-2015", "linux-2002"])]
-    name: String,
+    /// The study: nvm-2015, linux-2002 or file-mapping-2021
+    #[arg(value_parser = ["nvm-2015", "linux-2002", "file-mapping-2021"])]
+    pub(crate) name: String,
     /// About 15 minutes on 2 cores. nvm-2015: 1/50 of the paper's file counts, 4 trials of
     /// 1 s; 10,000 YCSB records, a tenth of a TPC-C warehouse, 4 trials of 0.25 s phases.
     /// linux-2002: 2,000 filemark files at 1, 4, 16 threads; pgmeter on two 64 MiB files at
@@ -72,35 +84,35 @@ pub struct Args {
     /// available; nvm-2015: all but run:nvmfs, linux-2002: nvmfs, fuse:nvmfs, run:nvmfs, ext2,
     /// ext3, ext3-writeback, xfs, ext4, btrfs, reiserfs, jfs]
     #[arg(short, long = "target", value_name = "T")]
-    targets: Vec<String>,
+    pub(crate) targets: Vec<String>,
     /// Only these workloads (repeat). nvm-2015: fileserver, webproxy-d0.7, webproxy-d2.1,
     /// webproxy-d3.4, webserver, varmail, tpcc, ycsb-a ... ycsb-f. linux-2002:
     /// filemark-{small,large}-tN (N threads), pgmeter-{seqread,seqwrite,fileserver,oltp,
     /// webserver}-oN (N outstanding I/Os), aim7 [default: all]
     #[arg(short, long = "workload", value_name = "W")]
-    workloads: Vec<String>,
+    pub(crate) workloads: Vec<String>,
     /// Trials per workload and target, the first discarded (linux-2002: filemark's phases,
     /// pgmeter's tests, AIM7's sweeps)
     #[arg(long, value_name = "N")]
-    trials: Option<usize>,
+    pub(crate) trials: Option<usize>,
     /// Measured seconds per trial (linux-2002: pgmeter's; filemark counts transactions and
     /// AIM7 runs its job lists)
     #[arg(long, value_name = "S")]
-    seconds: Option<f64>,
+    pub(crate) seconds: Option<f64>,
     /// Also end each trial after N flowops (all threads together), whichever comes first
     /// (linux-2002: pgmeter's I/Os, filemark's transactions per phase)
     #[arg(long, value_name = "N")]
     ops: Option<u64>,
     /// Warm-up seconds per trial (not recorded)
     #[arg(long, value_name = "S")]
-    warmup: Option<f64>,
+    pub(crate) warmup: Option<f64>,
     /// Normalise figures and ratios to this target [default: nvm-2015: ext4, linux-2002:
     /// ext2]
     #[arg(long, value_name = "T")]
     baseline: Option<String>,
     /// Directory (a tmpfs) for images and loop-device backing files
     #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
-    shm_dir: PathBuf,
+    pub(crate) shm_dir: PathBuf,
 }
 
 /// `nvmfs study-cell JOB`: what the study's run:nvmfs target runs under `nvmfs run`.
@@ -230,22 +242,28 @@ impl study::StudyProgress for Progress {
     }
 }
 
-fn config(def: &study::StudyDef, args: &Args) -> Result<StudyConfig, String> {
-    let size = if args.quick {
+fn size_of(args: &Args) -> Size {
+    if args.quick {
         Size::Quick
     } else if args.full {
         Size::Full
     } else {
         Size::Default
-    };
-    let out = args.out.clone().unwrap_or_else(|| {
+    }
+}
+
+fn out_dir(args: &Args) -> PathBuf {
+    args.out.clone().unwrap_or_else(|| {
         PathBuf::from("results").join(format!(
             "{}-{}",
             args.name,
             study::env::utc_stamp(study::env::unix_now())
         ))
-    });
-    let mut cfg = (def.config)(size, out);
+    })
+}
+
+fn config(def: &study::StudyDef, args: &Args) -> Result<StudyConfig, String> {
+    let mut cfg = (def.config)(size_of(args), out_dir(args));
     cfg.only_targets = args.targets.clone();
     cfg.only_workloads = args.workloads.clone();
     if let Some(b) = &args.baseline {
@@ -291,6 +309,9 @@ fn config(def: &study::StudyDef, args: &Args) -> Result<StudyConfig, String> {
 }
 
 pub fn run(args: &Args) -> u8 {
+    if args.name == filemap2021::NAME {
+        return crate::study_map::run(args, size_of(args), out_dir(args));
+    }
     let Some(def) = study::find(&args.name) else {
         eprintln!("nvmfs study: unknown study {}", args.name);
         return 2;

@@ -28,8 +28,8 @@ pub mod shared;
 pub mod testing;
 
 pub use fs::{
-    errno_of, DirEntry, DirectMap, File, FormatOptions, Fs, Metadata, MountOptions, OpenOptions,
-    RecoveryReport, RenameFlags, SetAttr, SetTime, Statfs,
+    errno_of, DirEntry, DirectMap, File, FormatOptions, Fs, MappingProbe, Metadata, MountOptions,
+    OpenOptions, ProbeFile, RecoveryReport, RenameFlags, SetAttr, SetTime, Statfs,
 };
 pub use layout::inode::FileType;
 pub use layout::Corrupted;

@@ -13,6 +13,7 @@ pub mod db;
 pub mod filebench;
 pub mod ftl;
 pub mod kernel;
+pub mod mapbench;
 pub mod micro;
 pub mod pgmeter;
 pub mod postmark;

@@ -10,6 +10,7 @@ mod node;
 mod ops;
 mod path;
 mod peers;
+mod probe;
 #[cfg(test)]
 mod races;
 mod rename;
@@ -25,6 +26,7 @@ pub use direct::DirectMap;
 pub use mount::{FormatOptions, MountOptions, RecoveryReport};
 pub use ops::{DirEntry, RenameFlags, SetAttr, SetTime, Statfs};
 pub use path::{File, OpenOptions};
+pub use probe::{MappingProbe, ProbeFile};
 
 use crate::alloc::InodeAlloc;
 use crate::journal::{Journal, Tx};

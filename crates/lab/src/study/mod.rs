@@ -12,6 +12,7 @@
 pub mod curves;
 pub mod database;
 pub mod env;
+pub mod filemap2021;
 pub mod findings;
 pub mod fsbench;
 pub mod linux2002;

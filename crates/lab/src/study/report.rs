@@ -208,7 +208,7 @@ fn put(w: &mut Written, name: &str, text: String) -> io::Result<()> {
     Ok(())
 }
 
-fn json<T: Serialize>(v: &T) -> String {
+pub(crate) fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).expect("serialisable") + "\n"
 }
 
@@ -216,7 +216,7 @@ fn opt(v: Option<f64>) -> String {
     v.map_or_else(String::new, |x| format!("{x:.4}"))
 }
 
-fn csv_field(s: &str) -> String {
+pub(crate) fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {

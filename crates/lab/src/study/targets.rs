@@ -466,7 +466,7 @@ pub enum StudyTarget {
 /// Distinguishes the scratch names of targets made one after another.
 static SERIAL: AtomicU64 = AtomicU64::new(0);
 
-pub(super) fn scratch_name(what: &str) -> String {
+pub(crate) fn scratch_name(what: &str) -> String {
     let n = SERIAL.fetch_add(1, Ordering::Relaxed);
     format!("nvmfs-study-{}-{n}{what}", std::process::id())
 }

@@ -6,8 +6,9 @@ use crate::kernel;
 use crate::targets::api::{MicroFile, MicroFs};
 
 /// The leftover checks look at everything this process made, so the tests
-/// that provision targets take turns.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// that provision targets take turns (the file-mapping study's too: its timing
+/// would load the machine under the others' timed phases).
+pub(super) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 struct Quiet;
 

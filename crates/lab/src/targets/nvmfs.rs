@@ -18,7 +18,18 @@ pub struct NvmfsTarget {
 impl NvmfsTarget {
     /// Formats `image` (which must not exist yet) and mounts it.
     pub fn create(image: PathBuf, size_bytes: u64, inode_count: u64) -> io::Result<Self> {
-        let image = format_scratch(image, size_bytes, inode_count)?;
+        let opts = FormatOptions {
+            size_bytes,
+            inode_count: Some(inode_count),
+            ..Default::default()
+        };
+        NvmfsTarget::create_with(image, &opts)
+    }
+
+    /// Formats `image` (which must not exist yet) with `opts` (a mapping, a layout score)
+    /// and mounts it.
+    pub fn create_with(image: PathBuf, opts: &FormatOptions) -> io::Result<Self> {
+        let image = format_scratch_with(image, opts)?;
         let fs = mount_image(image.path(), &MountOptions::default())?;
         Ok(NvmfsTarget {
             fs: Some(fs),
@@ -203,13 +214,19 @@ pub(crate) fn format_scratch(
     size_bytes: u64,
     inode_count: u64,
 ) -> io::Result<ScratchFile> {
-    let image = ScratchFile::claim(image)?;
     let opts = FormatOptions {
         size_bytes,
         inode_count: Some(inode_count),
         ..Default::default()
     };
-    Fs::format(image.path(), &opts)
+    format_scratch_with(image, &opts)
+}
+
+/// Claims `image` (which must not exist yet) and formats it with `opts`; the image is
+/// deleted when the returned value drops.
+pub(crate) fn format_scratch_with(image: PathBuf, opts: &FormatOptions) -> io::Result<ScratchFile> {
+    let image = ScratchFile::claim(image)?;
+    Fs::format(image.path(), opts)
         .map_err(|e| annotate(e, "cannot format nvmfs image", image.path()))?;
     Ok(image)
 }
