@@ -142,6 +142,7 @@ pub fn cuckoo_fill(entries: usize) -> Workload {
         depth: oracle::RecoveryDepth::FirstPerOperation,
         mapping: MappingKind::Cuckoo,
         image_bytes: 1 << 20,
+        tear: trace::Tear::Lines,
     }
 }
 
