@@ -533,7 +533,11 @@ mod tests {
                 assert!(ids.contains(&exp), "{} {exp}", f.id);
             }
         }
-        assert!(built("extent+page-cache") && built("hashfs") && !built("cuckoo"));
+        assert!(built("extent+page-cache") && built("hashfs") && built("cuckoo"));
+        assert!(
+            !built("level-hashing"),
+            "4.9 is cut: no level hashing mapping"
+        );
     }
 
     fn row(param: &str, mapping: &str, samples: &[f64]) -> MapRow {
