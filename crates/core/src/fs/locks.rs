@@ -13,29 +13,43 @@ const STRIPES: usize = 4096;
 const OPEN_SHARDS: usize = 64;
 
 pub struct Stripes {
-    locks: Vec<RwLock<()>>,
+    locks: Vec<Padded>,
 }
+
+/// One stripe lock per cache line, so threads on different stripes never share a line.
+#[repr(align(64))]
+struct Padded(RwLock<()>);
 
 impl Default for Stripes {
     fn default() -> Self {
         Stripes {
-            locks: (0..STRIPES).map(|_| RwLock::new(())).collect(),
+            locks: (0..STRIPES).map(|_| Padded(RwLock::new(()))).collect(),
         }
     }
+}
+
+/// The stripe (or shard) of `ino` among `n` (a power of two): the top bits of a
+/// multiplicative hash. Not `ino % n`: threads take inode numbers from different allocation
+/// groups of 4096 (`alloc.rs`), lowest first, so the files of two threads are often `k * 4096`
+/// apart and would land on one stripe, serialising writers of unrelated files.
+#[inline]
+fn spread(ino: u32, n: usize) -> usize {
+    debug_assert!(n.is_power_of_two() && n > 1);
+    (ino.wrapping_mul(0x9E37_79B9) >> (32 - n.trailing_zeros())) as usize
 }
 
 impl Stripes {
     #[inline]
     fn index(ino: u32) -> usize {
-        ino as usize % STRIPES
+        spread(ino, STRIPES)
     }
 
     pub fn read(&self, ino: u32) -> RwLockReadGuard<'_, ()> {
-        self.locks[Self::index(ino)].read()
+        self.locks[Self::index(ino)].0.read()
     }
 
     pub fn write(&self, ino: u32) -> RwLockWriteGuard<'_, ()> {
-        self.locks[Self::index(ino)].write()
+        self.locks[Self::index(ino)].0.write()
     }
 
     /// Write-locks the stripes of several inodes in stripe order, each stripe once.
@@ -43,7 +57,7 @@ impl Stripes {
         let mut idx: Vec<usize> = inos.iter().map(|&i| Self::index(i)).collect();
         idx.sort_unstable();
         idx.dedup();
-        idx.into_iter().map(|i| self.locks[i].write()).collect()
+        idx.into_iter().map(|i| self.locks[i].0.write()).collect()
     }
 }
 
@@ -75,7 +89,7 @@ impl Default for OpenTable {
 
 impl OpenTable {
     fn shard(&self, ino: u32) -> parking_lot::MutexGuard<'_, hashbrown::HashMap<u32, OpenEntry>> {
-        self.shards[ino as usize % OPEN_SHARDS].lock()
+        self.shards[spread(ino, OPEN_SHARDS)].lock()
     }
 
     pub fn acquire(&self, ino: u32) {
@@ -137,5 +151,26 @@ impl OpenTable {
 
     pub fn open_count(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn inodes_of_different_groups_get_different_stripes() {
+        // The first inodes of eight allocation groups (what eight threads' first files get).
+        let firsts: HashSet<usize> = (0..8u32).map(|g| Stripes::index(1 + g * 4096)).collect();
+        assert_eq!(firsts.len(), 8);
+        let shards: HashSet<usize> = (0..8u32)
+            .map(|g| spread(1 + g * 4096, OPEN_SHARDS))
+            .collect();
+        assert!(shards.len() >= 6, "{shards:?}");
+        // Neighbours spread too, and every index is in range.
+        let near: HashSet<usize> = (1..=64u32).map(Stripes::index).collect();
+        assert!(near.len() >= 60, "{}", near.len());
+        assert!((0..100_000u32).all(|i| Stripes::index(i) < STRIPES));
     }
 }
