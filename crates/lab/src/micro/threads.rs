@@ -150,7 +150,7 @@ where
         main.lanes = states;
     }
     finish_shared(main, w, sharing)?;
-    merge(outcomes.into_iter().collect::<io::Result<Vec<_>>>()?)
+    Ok(merge(outcomes.into_iter().collect::<io::Result<Vec<_>>>()?))
 }
 
 /// What a thread's session starts with and gives back: the data file and file sets it
@@ -184,22 +184,20 @@ where
     F::Name: Clone,
 {
     use WorkloadId::*;
-    let lane = SHARED_SETUP;
-    {
-        match w {
-            RandRead4k | Overwrite4k | SeqRead1m | SeqWrite1m | MmapLoad1k | MmapStore1k => {
-                data::data_file(s)?;
-            }
-            Append4k => data::make_shared_append(s.fs, &lane)?,
-            Stat | StatDeep | OpenRead16k | OpenRead16kDeep => {
-                meta::file_set(s, w.layout(s.params).expect("meta"))?;
-            }
-            Create16k | Create16kDeep => {
-                meta::make_create_dirs(s.fs, s.params, &lane, w.layout(s.params).expect("meta"))?
-            }
-            Unlink | UnlinkDeep => {
-                meta::make_unlink_set(s.fs, s.params, &lane, w.layout(s.params).expect("meta"))?;
-            }
+    let lane = &SHARED_SETUP;
+    match w {
+        RandRead4k | Overwrite4k | SeqRead1m | SeqWrite1m | MmapLoad1k | MmapStore1k => {
+            data::data_file(s)?;
+        }
+        Append4k => data::make_shared_append(s.fs, lane)?,
+        Stat | StatDeep | OpenRead16k | OpenRead16kDeep => {
+            meta::file_set(s, w.layout(s.params).expect("meta"))?;
+        }
+        Create16k | Create16kDeep => {
+            meta::make_create_dirs(s.fs, s.params, lane, w.layout(s.params).expect("meta"))?
+        }
+        Unlink | UnlinkDeep => {
+            meta::make_unlink_set(s.fs, s.params, lane, w.layout(s.params).expect("meta"))?;
         }
     }
     Ok(Inherited {
@@ -231,17 +229,22 @@ fn finish_shared<F: MicroFs>(
 
 /// The threads' outcomes as one: merged measurement, each distinct note once, the longest
 /// final msync.
-fn merge(outcomes: Vec<Outcome>) -> io::Result<Outcome> {
-    let parts: Vec<Measured> = outcomes.iter().map(|o| o.m.clone()).collect();
+fn merge(outcomes: Vec<Outcome>) -> Outcome {
     let mut notes: Vec<String> = Vec::new();
-    for n in outcomes.iter().flat_map(|o| &o.notes) {
-        if !notes.contains(n) {
-            notes.push(n.clone());
+    let mut parts = Vec::with_capacity(outcomes.len());
+    let mut final_sync = None;
+    for o in outcomes {
+        for n in o.notes {
+            if !notes.contains(&n) {
+                notes.push(n);
+            }
         }
+        final_sync = final_sync.max(o.final_sync);
+        parts.push(o.m);
     }
-    Ok(Outcome {
+    Outcome {
         m: Measured::merge(&parts),
         notes,
-        final_sync: outcomes.iter().filter_map(|o| o.final_sync).max(),
-    })
+        final_sync,
+    }
 }
