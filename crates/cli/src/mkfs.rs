@@ -135,6 +135,7 @@ fn mkfs(args: &Args) -> Result<String, String> {
         inode_count: args.inodes,
         mapping,
         layout_score: args.layout_score,
+        tier: None,
     };
     if let Err(e) = Fs::format(path, &opts) {
         if existing.is_none() {

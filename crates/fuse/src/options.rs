@@ -245,6 +245,7 @@ impl MountConfig {
     pub fn core_options(&self) -> nvmfs::MountOptions {
         nvmfs::MountOptions {
             read_only: self.read_only,
+            ..Default::default()
         }
     }
 
