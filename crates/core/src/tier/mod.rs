@@ -6,6 +6,7 @@
 //! A block (ino, lblk) is a hole, dirty (PM only), clean (PM and an equal SSD copy) or cold
 //! (SSD only). The rule that makes every crash state readable: a PM mapping always wins.
 
+pub mod check;
 pub mod lru;
 pub mod ssd;
 
