@@ -254,6 +254,7 @@ impl Inner {
             return Err(err.unwrap_or_else(|| errno(libc::ENOSPC)));
         }
         let new_size = i.size.max(off + done as u64);
+        self.refresh_blocks(ino, &mut i);
         self.publish_and_stamp(ino, &i, &claims, new_size);
         if self.tier.is_some() {
             self.tier_filled(ino, &claims);
@@ -534,6 +535,7 @@ impl Inner {
                 return Err(e);
             }
         }
+        self.refresh_blocks(ino, &mut i);
         // Blocks past EOF are exposed only by the size or falloc_end the last transaction
         // commits, so they are published directly (recovery frees them if it never commits).
         let (inside, outside) = split_hole_fills(&i, &claims);

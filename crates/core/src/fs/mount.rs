@@ -226,7 +226,10 @@ fn write_fresh(
         if path.len() > crate::layout::tier::PATH_MAX {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("SSD path longer than {} bytes", crate::layout::tier::PATH_MAX),
+                format!(
+                    "SSD path longer than {} bytes",
+                    crate::layout::tier::PATH_MAX
+                ),
             ));
         }
         t.marks

@@ -401,7 +401,9 @@ impl Inner {
     /// Unmaps the blocks of `ino` in [from, to) (written back, maybe not fenced); returns how
     /// many. See `FileMap::unmap_range`.
     pub(crate) fn unmap_from(&self, ino: u32, from: u64, to: u64) -> io::Result<u64> {
-        let n = self.map.unmap_range(&self.pm, &self.journal, ino, from, to)?;
+        let n = self
+            .map
+            .unmap_range(&self.pm, &self.journal, ino, from, to)?;
         self.tier_drop(ino, from, to);
         Ok(n)
     }

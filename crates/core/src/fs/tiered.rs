@@ -55,6 +55,17 @@ impl Inner {
         Ok(buf)
     }
 
+    /// Re-reads `i.blocks` from the record: a reservation that made room may have evicted
+    /// blocks of `ino` itself (the caller's stripe counts as held), each decrementing the
+    /// record's count, so a copy taken before it would write back a stale count.
+    pub(crate) fn refresh_blocks(&self, ino: u32, i: &mut Inode) {
+        if self.tier.is_some() {
+            i.blocks = self
+                .pm
+                .load_u64(self.geo.inode_off(ino as u64) + O_BLOCKS as u64);
+        }
+    }
+
     /// The SSD block of (ino, lblk) when it is cold or clean.
     pub(crate) fn ssd_block(&self, ino: u32, lblk: u32) -> Option<u32> {
         let t = self.tier.as_ref()?;
@@ -96,7 +107,11 @@ impl Inner {
         if let Some(t) = &self.tier {
             let mut st = t.st.lock();
             let k = key(ino, lblk);
-            if let Some(l) = st.lru.list_of(pblk).filter(|_| st.lru.listed_key(pblk) == k) {
+            if let Some(l) = st
+                .lru
+                .list_of(pblk)
+                .filter(|_| st.lru.listed_key(pblk) == k)
+            {
                 st.lru.touch(l, pblk, k);
             }
         }
@@ -120,9 +135,7 @@ impl Inner {
                 st.index.get(&key(ino, lblk)) == Some(&b)
                     && st.seq[b as usize / BLOCKS_PER_EXTENT as usize] == seq
             };
-            if !same
-                || lblk as u64 >= i.map_end()
-                || self.map.lookup(&self.pm, ino, lblk).is_some()
+            if !same || lblk as u64 >= i.map_end() || self.map.lookup(&self.pm, ino, lblk).is_some()
             {
                 continue;
             }
@@ -139,6 +152,7 @@ impl Inner {
         if claims.is_empty() {
             return;
         }
+        self.refresh_blocks(ino, &mut i);
         self.commit_hole_fills(ino, &mut i, &claims, |_| {});
         let mut st = t.st.lock();
         for &(c, lblk) in &claims {
@@ -218,7 +232,12 @@ impl Inner {
     /// Brings cold block `lblk` of `ino` into PM as a dirty block, for a caller about to
     /// change part of it outside the write path (zeroing past EOF). Its PM block, or None
     /// when it is not cold. The caller holds the stripe write lock; `i` is updated.
-    pub(crate) fn make_resident(&self, ino: u32, i: &mut Inode, lblk: u32) -> io::Result<Option<u64>> {
+    pub(crate) fn make_resident(
+        &self,
+        ino: u32,
+        i: &mut Inode,
+        lblk: u32,
+    ) -> io::Result<Option<u64>> {
         let Some(t) = &self.tier else {
             return Ok(None);
         };
@@ -240,6 +259,7 @@ impl Inner {
         };
         self.pm.write_nt(self.geo.data_off(c.pblk), &buf);
         let claims = [(c, lblk)];
+        self.refresh_blocks(ino, i);
         self.commit_hole_fills(ino, i, &claims, |_| {});
         self.tier_filled(ino, &claims);
         Ok(Some(c.pblk))
@@ -273,7 +293,12 @@ impl Inner {
     /// Reserves `n` PM blocks. On a tiered image with PM full, makes room: evicts clean
     /// blocks and, with `may_flush`, flushes dirty ones to the SSD first (cleaning SSD
     /// segments if it has no free extent). The caller holds the stripe write lock of `held`.
-    pub(crate) fn reserve_room(&self, n: u64, held: Option<u32>, may_flush: bool) -> io::Result<()> {
+    pub(crate) fn reserve_room(
+        &self,
+        n: u64,
+        held: Option<u32>,
+        may_flush: bool,
+    ) -> io::Result<()> {
         let full = |e: &io::Error| e.raw_os_error() == Some(libc::ENOSPC);
         match self.map.reserve(n) {
             Err(e) if full(&e) && self.tier.is_some() => {}
@@ -507,7 +532,11 @@ impl Inner {
             let dest = st.take_free_extent().expect("a free extent checked");
             let len = cold_total as usize * BLOCK_SIZE as usize;
             let mut buf = Aligned::zeroed(len);
-            for &(b, k, gen, _) in victims.iter().flat_map(|v| v.1.iter()).filter(|x| x.3.is_none()) {
+            for &(b, k, gen, _) in victims
+                .iter()
+                .flat_map(|v| v.1.iter())
+                .filter(|x| x.3.is_none())
+            {
                 let at = moved.len() * BLOCK_SIZE as usize;
                 let one = self.read_ssd(t, st, b as u32)?;
                 buf[at..at + BLOCK_SIZE as usize].copy_from_slice(&one);
