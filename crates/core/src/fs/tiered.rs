@@ -357,7 +357,7 @@ impl Inner {
                 continue;
             }
             let (ino, lblk) = split_key(k).expect("a listed block holds a key");
-            if !locks.lock(ino) {
+            if !locks.lock(ino) || self.pm.load_u64(self.geo.slot_off(b)) != k {
                 continue;
             }
             let n = self
@@ -434,19 +434,24 @@ impl Inner {
             next = st.lru.newer(b);
             let k = st.lru.listed_key(b);
             let (ino, lblk) = split_key(k).expect("a listed block holds a key");
-            let inode = regular_inode(&self.pm, &self.geo, ino);
-            if self.pm.load_u64(self.geo.slot_off(b)) != k || inode.is_none() {
+            if self.pm.load_u64(self.geo.slot_off(b)) != k {
                 st.lru.remove(b);
                 left += 1;
                 continue;
             }
-            let i = inode.expect("checked");
+            // The record is read under the stripe: a stale read could name a generation or
+            // size the inode no longer has.
+            if !locks.lock(ino) {
+                continue;
+            }
+            let Some(i) = regular_inode(&self.pm, &self.geo, ino) else {
+                st.lru.remove(b);
+                left += 1;
+                continue;
+            };
             // A block past the inode's map_end belongs to a write still in flight (its size
             // is not stored yet): an entry for it would be stale at recovery.
             if lblk as u64 >= i.map_end() {
-                continue;
-            }
-            if !locks.lock(ino) {
                 continue;
             }
             picked.push((b, k, i.generation));
