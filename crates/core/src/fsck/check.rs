@@ -82,7 +82,7 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
     r
 }
 
-/// The SSD tier's header and block table (invariants 34-36). Stale entries are what a crash
+/// The SSD tier's header and block table (invariants 37-39). Stale entries are what a crash
 /// between an unlink or truncate and its dropping of entries leaves: recovery on an unclean
 /// image, damage on a clean one.
 fn check_tier(

@@ -1,4 +1,4 @@
-//! The SSD tier's on-media structures (docs/TIER.md, FORMAT.md §6c): the tier header and the
+//! The SSD tier's on-media structures (docs/TIER.md, FORMAT.md §6d): the tier header and the
 //! SSD block table at the end of the PM image, and the header in extent 0 of the SSD itself.
 //! Present only on images with INCOMPAT_TIER.
 //!

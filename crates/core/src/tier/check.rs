@@ -1,7 +1,7 @@
 //! What fsck checks (and repairs) in the SSD tier's PM structures: the tier header decodes and
 //! fits the image, and every valid entry of the SSD block table names an in-use regular file
 //! of the same generation, a block below its `map_end`, and a key no other entry holds
-//! (FORMAT.md §10, invariants 34-36). The SSD itself is not read: fsck checks one image file.
+//! (FORMAT.md §10, invariants 37-39). The SSD itself is not read: fsck checks one image file.
 
 use std::collections::HashMap;
 
