@@ -219,7 +219,9 @@ fn model_run(seed: u64, ops: u64) {
                 let off = rng.below(FLEN - 1);
                 let len = (1 + rng.below(128 << 10)).min(FLEN - off) as usize;
                 let bytes = rng.bytes(len);
-                let wrote = fs.write(ino, off, &bytes).expect(&ctx("write"));
+                let wrote = fs
+                    .write(ino, off, &bytes)
+                    .unwrap_or_else(|e| panic!("{}: {e}", ctx("write")));
                 assert_eq!(wrote, len, "{}", ctx("short write"));
                 let end = off as usize + len;
                 if data.len() < end {
@@ -231,7 +233,9 @@ fn model_run(seed: u64, ops: u64) {
                 let off = rng.below(data.len() as u64 + 4096);
                 let len = 1 + rng.below(200 << 10) as usize;
                 let mut buf = vec![0xa5; len];
-                let got = fs.read(ino, off, &mut buf).expect(&ctx("read"));
+                let got = fs
+                    .read(ino, off, &mut buf)
+                    .unwrap_or_else(|e| panic!("{}: {e}", ctx("read")));
                 let want = data.len().saturating_sub(off as usize).min(len);
                 assert_eq!(got, want, "{}", ctx("read length"));
                 let o = (off as usize).min(data.len());
@@ -246,7 +250,7 @@ fn model_run(seed: u64, ops: u64) {
                         ..Default::default()
                     },
                 )
-                .expect(&ctx("truncate"));
+                .unwrap_or_else(|e| panic!("{}: {e}", ctx("truncate")));
                 data.resize(size as usize, 0);
             }
             85..=91 => {
@@ -254,13 +258,15 @@ fn model_run(seed: u64, ops: u64) {
                 let len = (1 + rng.below(256 << 10)).min(FLEN - off);
                 if rng.below(2) == 0 {
                     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-                    fs.fallocate(ino, mode, off, len).expect(&ctx("punch"));
+                    fs.fallocate(ino, mode, off, len)
+                        .unwrap_or_else(|e| panic!("{}: {e}", ctx("punch")));
                     let end = ((off + len) as usize).min(data.len());
                     if (off as usize) < end {
                         data[off as usize..end].fill(0);
                     }
                 } else {
-                    fs.fallocate(ino, 0, off, len).expect(&ctx("fallocate"));
+                    fs.fallocate(ino, 0, off, len)
+                        .unwrap_or_else(|e| panic!("{}: {e}", ctx("fallocate")));
                     let end = (off + len) as usize;
                     if data.len() < end {
                         data.resize(end, 0);
@@ -269,7 +275,7 @@ fn model_run(seed: u64, ops: u64) {
             }
             92..=94 if model.len() > 4 => {
                 fs.unlink(ROOT, names[&ino].as_bytes())
-                    .expect(&ctx("unlink"));
+                    .unwrap_or_else(|e| panic!("{}: {e}", ctx("unlink")));
                 model.remove(&ino);
             }
             _ => {}

@@ -37,6 +37,16 @@ const PROMOTE_MAX: usize = 32;
 /// Extents a cleaning round looks at as victims.
 const CLEAN_CANDIDATES: usize = 64;
 
+/// A valid entry of a cleaning victim: its SSD block, key, generation, and the PM block of
+/// the key when it is resident too (clean).
+#[derive(Clone, Copy)]
+struct Valid {
+    b: u64,
+    k: u64,
+    gen: u32,
+    resident: Option<u64>,
+}
+
 /// Cold blocks a read copied from the SSD: (logical block, SSD block, extent sequence, data).
 pub(crate) type ColdBlocks = Vec<(u32, u32, u32, Aligned)>;
 
@@ -418,8 +428,11 @@ impl Inner {
             self.clean_round(t, st, held)?;
         }
         // One free extent stays for cleaning, which needs somewhere to move blocks to.
-        if st.free_count < 2 && self.clean_round(t, st, held)? == 0 && st.free_count < 2 {
-            return Err(enospc("no free extent and cleaning freed none"));
+        if st.free_count < 2 {
+            self.clean_round(t, st, held)?;
+            if st.free_count < 2 {
+                return Err(enospc("no free extent and cleaning freed none"));
+            }
         }
         let mut locks = self.stripes.try_set(held);
         let mut picked: Vec<(u64, u64, u32)> = Vec::new();
@@ -502,8 +515,7 @@ impl Inner {
         cands.sort_by(|a, b| b.0.total_cmp(&a.0));
         let can_copy = st.free_count > 0;
         let mut locks = self.stripes.try_set(held);
-        // (victim extent, [(ssd block, key, generation, PM block if resident)])
-        let mut victims: Vec<(usize, Vec<(u64, u64, u32, Option<u64>)>)> = Vec::new();
+        let mut victims: Vec<(usize, Vec<Valid>)> = Vec::new();
         let mut cold_total = 0u64;
         'cand: for &(_, e) in cands.iter().take(CLEAN_CANDIDATES) {
             let mut blocks = Vec::new();
@@ -519,9 +531,14 @@ impl Inner {
                 }
                 let gen = crate::layout::tier::split_meta(self.pm.load_u64(off + 8)).0;
                 let resident = self.map.lookup(&self.pm, ino, lblk);
-                blocks.push((b, k, gen, resident));
+                blocks.push(Valid {
+                    b,
+                    k,
+                    gen,
+                    resident,
+                });
             }
-            let cold = blocks.iter().filter(|x| x.3.is_none()).count() as u64;
+            let cold = blocks.iter().filter(|x| x.resident.is_none()).count() as u64;
             if (cold > 0 && !can_copy) || cold_total + cold > BLOCKS_PER_EXTENT {
                 continue;
             }
@@ -537,10 +554,10 @@ impl Inner {
             let dest = st.take_free_extent().expect("a free extent checked");
             let len = cold_total as usize * BLOCK_SIZE as usize;
             let mut buf = Aligned::zeroed(len);
-            for &(b, k, gen, _) in victims
+            for &Valid { b, k, gen, .. } in victims
                 .iter()
                 .flat_map(|v| v.1.iter())
-                .filter(|x| x.3.is_none())
+                .filter(|x| x.resident.is_none())
             {
                 let at = moved.len() * BLOCK_SIZE as usize;
                 let one = self.read_ssd(t, st, b as u32)?;
@@ -554,7 +571,7 @@ impl Inner {
         }
         let mut moved_blocks = 0;
         for (_, blocks) in &victims {
-            for &(b, k, _, resident) in blocks {
+            for &Valid { b, k, resident, .. } in blocks {
                 match resident {
                     Some(p) => {
                         t.invalidate(&self.pm, st, k, b as u32);
