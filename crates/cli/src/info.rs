@@ -89,6 +89,26 @@ struct Summary {
     regions: Regions,
     usage: Usage,
     mapping: Mapping,
+    /// The SSD tier (images made with `mkfs --ssd`); null for a PM-only image.
+    tier: Option<Tier>,
+}
+
+#[derive(Serialize)]
+struct Tier {
+    ssd: String,
+    region: Region,
+    extents: u64,
+    extent_bytes: u64,
+    free_extents: u64,
+    full_extents: u64,
+    ssd_valid_blocks: u64,
+    ssd_utilisation_percent: f64,
+    pm_clean_blocks: u64,
+    pm_dirty_blocks: u64,
+    dirty_high_percent: f64,
+    dirty_low_percent: f64,
+    clean_at_percent: f64,
+    free_extents_min: u32,
 }
 
 #[derive(Serialize)]
@@ -278,6 +298,25 @@ impl Summary {
                 tree_node_blocks: i.tree_nodes,
                 tree_data_blocks: i.tree_data_blocks,
             },
+            tier: i.tier.as_ref().map(|t| {
+                let blocks = t.extents * nvmfs::layout::tier::BLOCKS_PER_EXTENT;
+                Tier {
+                    ssd: t.ssd_path.clone(),
+                    region: Region::new(t.header_block, 1 + t.table_blocks),
+                    extents: t.extents,
+                    extent_bytes: nvmfs::layout::tier::EXTENT_BYTES,
+                    free_extents: t.free_extents,
+                    full_extents: t.full_extents,
+                    ssd_valid_blocks: t.valid_blocks,
+                    ssd_utilisation_percent: round2(percent(t.valid_blocks, blocks)),
+                    pm_clean_blocks: t.clean_blocks,
+                    pm_dirty_blocks: t.dirty_blocks,
+                    dirty_high_percent: t.marks.dirty_high as f64 / 10.0,
+                    dirty_low_percent: t.marks.dirty_low as f64 / 10.0,
+                    clean_at_percent: t.marks.clean_at as f64 / 10.0,
+                    free_extents_min: t.marks.free_extents_min,
+                }
+            }),
         }
     }
 
@@ -393,6 +432,33 @@ impl Summary {
             u.files, u.directories, u.symlinks, u.others
         );
 
+        if let Some(t) = &self.tier {
+            let _ = writeln!(s, "\nSSD tier:       {}", t.ssd);
+            let _ = writeln!(
+                s,
+                "  size:         {} extents of {} ({}), {} free, {} full",
+                t.extents,
+                format_size(t.extent_bytes),
+                format_size(t.extents * t.extent_bytes),
+                t.free_extents,
+                t.full_extents
+            );
+            let _ = writeln!(
+                s,
+                "  utilisation:  {:.1}% ({} valid blocks)",
+                t.ssd_utilisation_percent, t.ssd_valid_blocks
+            );
+            let _ = writeln!(
+                s,
+                "  PM blocks:    {} dirty, {} clean (also on the SSD)",
+                t.pm_dirty_blocks, t.pm_clean_blocks
+            );
+            let _ = writeln!(
+                s,
+                "  watermarks:   flush above {}% dirty down to {}%; clean above {}% with under {} free extents",
+                t.dirty_high_percent, t.dirty_low_percent, t.clean_at_percent, t.free_extents_min
+            );
+        }
         let _ = writeln!(s, "\nmapping:        {}", m.name);
         if m.name != "hashfs" {
             let _ = writeln!(s, "  blocks used:  {:.2}% (bitmap)", m.load_factor * 100.0);

@@ -29,7 +29,8 @@ use crate::size::{format_size, parse_size};
     after_help = "Exit status: 0 on success, 1 on error.\n\n\
         Examples:\n  nvmfs mkfs /dev/shm/nvmfs.img\n  nvmfs mkfs --size 8G --inodes 1000000 /dev/shm/big.img\n  \
         nvmfs mkfs --mapping extent /dev/shm/extent.img\n  \
-        nvmfs mkfs --mapping radix --layout-score 0.8 /dev/shm/radix.img"
+        nvmfs mkfs --mapping radix --layout-score 0.8 /dev/shm/radix.img\n  \
+        nvmfs mkfs --size 256M --ssd /var/tmp/ssd.img --ssd-size 8G /dev/shm/tiered.img"
 )]
 pub struct Args {
     /// Image size: bytes, or with a binary unit K, M, G, T (KiB, ...); rounded down to whole
@@ -49,6 +50,14 @@ pub struct Args {
     /// follow the previous block physically; Neal et al.): extent and radix only
     #[arg(long, value_name = "S")]
     pub layout_score: Option<f64>,
+    /// Add an SSD tier on this block device or file (created if missing): cold file data
+    /// moves there in 512 KiB extents, hot data and all metadata stay in the image (hashfs only)
+    #[arg(long, value_name = "PATH")]
+    pub ssd: Option<PathBuf>,
+    /// Bytes of the SSD to use (with a unit K, M, G, T) [default: its size]; a file is
+    /// extended to it
+    #[arg(long, value_name = "SIZE", requires = "ssd")]
+    pub ssd_size: Option<String>,
     /// Overwrite IMAGE even if it already holds an nvmfs image or other data
     #[arg(short, long)]
     pub force: bool,
@@ -135,6 +144,13 @@ fn mkfs(args: &Args) -> Result<String, String> {
         inode_count: args.inodes,
         mapping,
         layout_score: args.layout_score,
+        tier: match &args.ssd {
+            Some(p) => Some(nvmfs::TierFormat::new(
+                Some(p.clone()),
+                args.ssd_size.as_deref().map(parse_size).transpose()?,
+            )),
+            None => None,
+        },
     };
     if let Err(e) = Fs::format(path, &opts) {
         if existing.is_none() {
@@ -173,6 +189,24 @@ fn mkfs(args: &Args) -> Result<String, String> {
     let _ = writeln!(s, "  mapping:      {}", sb.mapping);
     if let Some(p) = sb.layout_score_permille {
         let _ = writeln!(s, "  layout score: {:.3}", p as f64 / 1000.0);
+    }
+    if let (Some(ssd), Some(start)) = (&args.ssd, sb.tier_start) {
+        let extents = nvmfs::layout::tier::TierHeader::decode(
+            &read_block(path, start)
+                .map_err(|e| format!("formatted {shown} but cannot read its tier: {e}"))?,
+            start,
+            geo.total_blocks,
+        )
+        .map_err(|c| c.what)?
+        .extents;
+        let _ = writeln!(
+            s,
+            "  SSD tier:     {} ({} extents of 512 KiB, {}; block table {} blocks in the image)",
+            ssd.display(),
+            extents,
+            format_size(extents * nvmfs::layout::tier::EXTENT_BYTES),
+            geo.total_blocks - start - 1
+        );
     }
     let _ = writeln!(s, "  uuid:         {}", output::uuid_string(&sb.uuid));
     Ok(s)
@@ -219,6 +253,14 @@ fn read_head(path: &Path) -> io::Result<Vec<u8>> {
         .take(2 * BLOCK_SIZE)
         .read_to_end(&mut head)?;
     Ok(head)
+}
+
+/// Block `n` of `path`.
+fn read_block(path: &Path, n: u64) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut b = vec![0u8; BLOCK_SIZE as usize];
+    File::open(path)?.read_exact_at(&mut b, n * BLOCK_SIZE)?;
+    Ok(b)
 }
 
 fn read_superblock(path: &Path) -> io::Result<Superblock> {

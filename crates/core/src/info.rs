@@ -47,6 +47,77 @@ pub struct Info {
     pub tree_nodes: u64,
     /// Tree mappings: data blocks mapped (the rest of `blocks_used` are nodes).
     pub tree_data_blocks: u64,
+    /// The SSD tier (tiered images): what its PM structures say; the SSD is not read.
+    pub tier: Option<TierSummary>,
+}
+
+/// The SSD tier of an image as its PM structures describe it.
+#[derive(Clone, Debug)]
+pub struct TierSummary {
+    pub ssd_path: String,
+    pub header_block: u64,
+    pub table_blocks: u64,
+    pub extents: u64,
+    pub free_extents: u64,
+    pub full_extents: u64,
+    /// SSD blocks holding valid data (cold or clean).
+    pub valid_blocks: u64,
+    /// PM blocks of regular files with a valid SSD copy (clean) and without one (dirty).
+    pub clean_blocks: u64,
+    pub dirty_blocks: u64,
+    pub marks: crate::layout::tier::Watermarks,
+}
+
+/// Reads the tier's header and table; an image whose tier header is damaged fails.
+fn scan_tier(
+    pm: &Pm,
+    sb: &crate::layout::superblock::Superblock,
+) -> io::Result<Option<TierSummary>> {
+    use crate::layout::tier::BLOCKS_PER_EXTENT;
+    let Some(hdr) = crate::tier::check::header(pm, sb).transpose()? else {
+        return Ok(None);
+    };
+    let geo = &sb.geo;
+    let mut keys = hashbrown::HashSet::new();
+    let mut per_extent = vec![0u64; hdr.extents as usize];
+    for b in 0..hdr.ssd_blocks() {
+        let k = pm.load_u64(hdr.entry_off(b));
+        if k != 0 {
+            keys.insert(k);
+            per_extent[(b / BLOCKS_PER_EXTENT) as usize] += 1;
+        }
+    }
+    let (mut clean, mut dirty) = (0, 0);
+    let mut regular: hashbrown::HashMap<u32, bool> = hashbrown::HashMap::new();
+    for s in 0..geo.data_blocks {
+        let v = pm.load_u64(geo.slot_off(s));
+        let Some((ino, _)) = hashfs::split_key(v) else {
+            continue;
+        };
+        let file = *regular
+            .entry(ino)
+            .or_insert_with(|| crate::tier::regular_inode(pm, geo, ino).is_some());
+        match (file, keys.contains(&v)) {
+            (false, _) => {}
+            (true, true) => clean += 1,
+            (true, false) => dirty += 1,
+        }
+    }
+    Ok(Some(TierSummary {
+        ssd_path: hdr.path.clone(),
+        header_block: hdr.table_start - 1,
+        table_blocks: hdr.table_blocks,
+        extents: hdr.extents,
+        free_extents: per_extent.iter().filter(|&&n| n == 0).count() as u64,
+        full_extents: per_extent
+            .iter()
+            .filter(|&&n| n == BLOCKS_PER_EXTENT)
+            .count() as u64,
+        valid_blocks: per_extent.iter().sum(),
+        clean_blocks: clean,
+        dirty_blocks: dirty,
+        marks: hdr.marks,
+    }))
 }
 
 fn bucket(probe: u64) -> usize {
@@ -112,6 +183,7 @@ pub fn inspect_pm(pm: &Pm) -> io::Result<Info> {
         probe_hist: [0; 7],
         tree_nodes: 0,
         tree_data_blocks: 0,
+        tier: scan_tier(pm, &sb)?,
         geo: geo.clone(),
     };
     count_inodes(pm, &geo, &mut info);

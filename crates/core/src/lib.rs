@@ -26,10 +26,11 @@ pub mod mapping;
 pub mod media;
 pub mod shared;
 pub mod testing;
+pub mod tier;
 
 pub use fs::{
     errno_of, DirEntry, DirectMap, File, FormatOptions, Fs, MappingProbe, Metadata, MountOptions,
-    OpenOptions, ProbeFile, RecoveryReport, RenameFlags, SetAttr, SetTime, Statfs,
+    OpenOptions, ProbeFile, RecoveryReport, RenameFlags, SetAttr, SetTime, Statfs, TierFormat,
 };
 pub use layout::inode::FileType;
 pub use layout::Corrupted;

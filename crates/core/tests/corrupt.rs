@@ -195,7 +195,14 @@ fn repair_refuses_a_mounted_image() {
     assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
     assert!(e.to_string().contains("in use"), "{e}");
     fs.unmount().unwrap();
-    let ro = Fs::mount(&path, &MountOptions { read_only: true }).unwrap();
+    let ro = Fs::mount(
+        &path,
+        &MountOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(
         repair_image(&path).is_err(),
         "read-only mount must block repair too"

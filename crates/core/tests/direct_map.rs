@@ -357,7 +357,14 @@ fn store_and_sync_survive_unmount_and_mount_of_an_image_file() {
     drop(m);
     fs.unmount().unwrap();
 
-    let fs = Fs::mount(&img, &MountOptions { read_only: true }).unwrap();
+    let fs = Fs::mount(
+        &img,
+        &MountOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let f = OpenOptions::new().read(true).open(&fs, "/f").unwrap();
     let mut m = f.map_direct().unwrap();
     let mut buf = vec![0; want.len()];

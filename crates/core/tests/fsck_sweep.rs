@@ -253,7 +253,15 @@ enum Outcome {
 }
 
 fn mount(img: &[u8], read_only: bool) -> std::io::Result<Fs> {
-    Fs::mount_pm(Pm::from_bytes(img), &MountOptions { read_only }, None, None)
+    Fs::mount_pm(
+        Pm::from_bytes(img),
+        &MountOptions {
+            read_only,
+            ..Default::default()
+        },
+        None,
+        None,
+    )
 }
 
 /// A repaired image must check clean, mount, read back and be left alone by a second repair.

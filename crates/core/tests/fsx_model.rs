@@ -309,6 +309,7 @@ fn run_on(seed: u64, mapping: nvmfs::MappingKind) {
         inode_count: Some(64),
         mapping,
         layout_score: None,
+        tier: None,
     })
     .unwrap();
     let inos =

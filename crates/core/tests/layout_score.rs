@@ -13,6 +13,7 @@ fn measured(mapping: MappingKind, score: Option<f64>) -> f64 {
         inode_count: Some(64),
         mapping,
         layout_score: score,
+        tier: None,
     })
     .unwrap();
     let chunk = vec![5u8; 64 << 10];
@@ -59,6 +60,7 @@ fn layout_score_is_refused_for_hashfs_and_out_of_range() {
         inode_count: None,
         mapping,
         layout_score: Some(s),
+        tier: None,
     };
     let e = Fs::format_in_memory(&opts(MappingKind::HashFs, 0.5))
         .err()

@@ -423,6 +423,7 @@ fn run(ops: &[Op], mapping: MappingKind) {
             inode_count: Some(256),
             mapping,
             layout_score: None,
+            tier: None,
         },
     )
     .unwrap();

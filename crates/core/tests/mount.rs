@@ -115,15 +115,28 @@ fn read_only_mount_of_unclean_image_is_refused() {
     let fs = Fs::mount(&p, &MountOptions::default()).unwrap();
     fs.write_file("/f", b"x").unwrap();
     fs.drop_without_unmount();
-    let e = Fs::mount(&p, &MountOptions { read_only: true })
-        .err()
-        .unwrap()
-        .to_string();
+    let e = Fs::mount(
+        &p,
+        &MountOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
     assert!(e.contains("recovery"), "{e}");
     let fs = Fs::mount(&p, &MountOptions::default()).unwrap();
     assert!(fs.recovery_report().unclean);
     fs.unmount().unwrap();
-    let ro = Fs::mount(&p, &MountOptions { read_only: true }).unwrap();
+    let ro = Fs::mount(
+        &p,
+        &MountOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(ro.read_file("/f").unwrap(), b"x");
     assert_eq!(
         ro.write_file("/g", b"y").unwrap_err().raw_os_error(),

@@ -265,6 +265,7 @@ fn enospc_on_tree_mappings_loses_nothing_and_space_comes_back() {
             inode_count: Some(128),
             mapping: kind,
             layout_score: None,
+            tier: None,
         })
         .unwrap();
         let mut written = Vec::new();

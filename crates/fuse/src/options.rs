@@ -23,6 +23,8 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     /// `subtype=NAME`: the type column shows `fuse.NAME` (default `nvmfs`).
     pub subtype: String,
+    /// `ssd=PATH`: the SSD of a tiered image, when not at the path recorded by mkfs.
+    pub ssd: Option<std::path::PathBuf>,
     /// Kernel mount flags passed through: `dev`/`nodev`, `suid`/`nosuid`, `exec`/`noexec`,
     /// `atime`/`noatime`, `sync`/`async`, `dirsync`. FUSE mounts default to nodev,nosuid.
     pub dev: bool,
@@ -58,6 +60,7 @@ impl Default for MountConfig {
             allow_root: false,
             auto_unmount: false,
             fsname: None,
+            ssd: None,
             subtype: "nvmfs".into(),
             dev: false,
             suid: false,
@@ -89,7 +92,7 @@ impl std::error::Error for OptionError {}
 
 /// The option names `parse` accepts, for help texts.
 pub const OPTION_NAMES: &str = "ro, rw, allow_other, allow_root, default_permissions, \
-    auto_unmount, fsname=NAME, subtype=NAME, dev, nodev, suid, nosuid, exec, noexec, atime, \
+    auto_unmount, fsname=NAME, subtype=NAME, ssd=PATH, dev, nodev, suid, nosuid, exec, noexec, atime, \
     noatime, sync, async, dirsync, writeback_cache, direct_io, attr_timeout=SECS, \
     entry_timeout=SECS, max_threads=N, remount, nonempty, defaults, _netdev, nofail, auto, \
     noauto, relatime, nodiratime, x-*, comment=*";
@@ -135,6 +138,7 @@ impl MountConfig {
                     }
                     self.fsname = Some(v.to_string());
                 }
+                "ssd" => self.ssd = Some(need(value)?.into()),
                 "subtype" => {
                     let v = need(value)?;
                     if !v
@@ -245,6 +249,7 @@ impl MountConfig {
     pub fn core_options(&self) -> nvmfs::MountOptions {
         nvmfs::MountOptions {
             read_only: self.read_only,
+            ssd: self.ssd.clone(),
         }
     }
 
@@ -318,11 +323,15 @@ mod tests {
         assert!(c.read_only && c.allow_other);
         assert_eq!(c.attr_timeout, Duration::from_millis(500));
         assert_eq!(c.entry_timeout, Duration::ZERO);
-        c.parse("rw,writeback_cache,max_threads=3,fsname=img,subtype=x.y")
+        c.parse("rw,writeback_cache,max_threads=3,fsname=img,subtype=x.y,ssd=/dev/shm/s")
             .unwrap();
         assert!(!c.read_only && c.writeback_cache);
         assert_eq!(c.max_threads, 3);
         assert_eq!(c.fsname.as_deref(), Some("img"));
+        assert_eq!(
+            c.core_options().ssd.as_deref(),
+            Some(std::path::Path::new("/dev/shm/s"))
+        );
         assert!(MountConfig::default().parse("bogus").is_err());
         assert!(MountConfig::default().parse("ro=1").is_err());
         assert!(MountConfig::default().parse("attr_timeout=-1").is_err());

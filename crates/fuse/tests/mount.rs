@@ -678,3 +678,46 @@ fn privileges_behave_like_a_kernel_file_system() {
     m.unmount();
     s.fsck_clean();
 }
+
+/// An image with an SSD tier (16 MiB of PM, 64 MiB of SSD) through the kernel: a file larger
+/// than the PM tier written and read back, fsck clean after unmount, the same bytes after a
+/// remount.
+#[test]
+fn tiered_image_through_fuse() {
+    if !fuse_available("tiered_image_through_fuse") {
+        return;
+    }
+    let s = Setup::new();
+    Fs::format(
+        s.image(),
+        &FormatOptions {
+            size_bytes: 16 << 20,
+            tier: Some(nvmfs::TierFormat::new(
+                Some(s.dir.path().join("ssd")),
+                Some(64 << 20),
+            )),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let data = pattern(40 << 20, 9);
+    let m = s.mount("");
+    fs::write(m.path("big"), &data).unwrap();
+    assert!(
+        fs::read(m.path("big")).unwrap() == data,
+        "read back before unmount"
+    );
+    let tier = m.fs.as_ref().unwrap().tier_info().unwrap();
+    assert!(
+        tier.stats.evicted > 0 && tier.ssd_valid_blocks > 0,
+        "{tier:?}"
+    );
+    m.unmount();
+    s.fsck_clean();
+    let m = s.mount("");
+    assert!(
+        fs::read(m.path("big")).unwrap() == data,
+        "read back after remount"
+    );
+    m.unmount();
+}

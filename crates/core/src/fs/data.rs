@@ -91,13 +91,31 @@ impl Inner {
         Some(p)
     }
 
-    /// Reads up to `buf.len()` bytes at `off`; holes read as zeros.
+    /// Reads up to `buf.len()` bytes at `off`; holes read as zeros. On a tiered image, cold
+    /// blocks read from the SSD are then cached in PM (after the read lock is gone: caching
+    /// maps blocks, which needs the write lock).
     pub(crate) fn read_data(
         &self,
         ino: u32,
         off: u64,
         buf: &mut [u8],
         cache: &mut TranslationCache,
+    ) -> io::Result<usize> {
+        let mut cold = super::tiered::ColdBlocks::new();
+        let n = self.read_locked(ino, off, buf, cache, &mut cold)?;
+        if !cold.is_empty() {
+            self.promote(ino, cold);
+        }
+        Ok(n)
+    }
+
+    fn read_locked(
+        &self,
+        ino: u32,
+        off: u64,
+        buf: &mut [u8],
+        cache: &mut TranslationCache,
+        cold: &mut super::tiered::ColdBlocks,
     ) -> io::Result<usize> {
         let _g = self.stripes.read(ino);
         let i = self.inode(ino)?;
@@ -122,6 +140,7 @@ impl Inner {
             }
             match self.translate(ino, lblk, cache) {
                 Some(p) => {
+                    self.tier_read(ino, lblk, p);
                     let src = self.geo.data_off(p) + in_blk as u64;
                     run = match run {
                         Some((s, d, l)) if s + l as u64 == src => Some((s, d, l + len)),
@@ -133,7 +152,10 @@ impl Inner {
                 }
                 None => {
                     self.copy_run(run.take(), buf);
-                    buf[at..at + len].fill(0);
+                    let out = &mut buf[at..at + len];
+                    if !self.read_cold(ino, lblk, in_blk, out, cold)? {
+                        out.fill(0);
+                    }
                 }
             }
         }
@@ -167,7 +189,7 @@ impl Inner {
     ) -> io::Result<(usize, u64)> {
         self.check_writable()?;
         let _g = self.stripes.write(ino);
-        let i = self.inode(ino)?;
+        let mut i = self.inode(ino)?;
         check_regular(&i)?;
         let off = if append { i.size } else { off };
         if data.is_empty() {
@@ -180,7 +202,8 @@ impl Inner {
             return Err(errno(libc::EFBIG));
         }
         if off > i.size {
-            self.zero_range(ino, &i, i.size, off, cache);
+            let size = i.size;
+            self.zero_range(ino, &mut i, size, off, cache)?;
         }
         let map_end = i.map_end();
         let mut claims: Vec<(Claim, u32)> = Vec::new();
@@ -201,12 +224,21 @@ impl Inner {
                 None
             };
             match mapped {
-                Some(p) => self
-                    .pm
-                    .write_nt(self.geo.data_off(p) + in_blk as u64, chunk),
-                None => match self.map.reserve(1).and_then(|_| self.claim_one(ino, lblk)) {
+                Some(p) => {
+                    self.tier_wrote(ino, lblk, p);
+                    self.pm
+                        .write_nt(self.geo.data_off(p) + in_blk as u64, chunk)
+                }
+                None => match self
+                    .reserve_room(1, Some(ino), true)
+                    .and_then(|_| self.claim_one(ino, lblk))
+                {
                     Ok(c) => {
-                        self.fill_new_block(c.pblk, in_blk, chunk);
+                        if let Err(e) = self.fill_block(ino, lblk, c.pblk, in_blk, chunk) {
+                            self.map.abandon(&self.pm, &self.journal, c, ino, lblk);
+                            err = Some(e);
+                            break;
+                        }
                         cache.put(lblk, c.pblk);
                         claims.push((c, lblk));
                     }
@@ -222,18 +254,23 @@ impl Inner {
             return Err(err.unwrap_or_else(|| errno(libc::ENOSPC)));
         }
         let new_size = i.size.max(off + done as u64);
+        self.refresh_blocks(ino, &mut i);
         self.publish_and_stamp(ino, &i, &claims, new_size);
+        if self.tier.is_some() {
+            self.tier_filled(ino, &claims);
+            self.tier_after_write(ino);
+        }
         Ok((done, new_size))
     }
 
-    fn claim_one(&self, ino: u32, lblk: u32) -> io::Result<Claim> {
+    pub(super) fn claim_one(&self, ino: u32, lblk: u32) -> io::Result<Claim> {
         self.map
             .claim(&self.pm, &self.journal, ino, lblk)
             .inspect_err(|_| self.map.unreserve(1))
     }
 
     /// Fills a newly claimed block: `chunk` at `in_blk`, zeros around it.
-    fn fill_new_block(&self, pblk: u64, in_blk: usize, chunk: &[u8]) {
+    pub(super) fn fill_new_block(&self, pblk: u64, in_blk: usize, chunk: &[u8]) {
         let base = self.geo.data_off(pblk);
         if in_blk > 0 {
             self.pm.zero_nt(base, in_blk);
@@ -318,7 +355,7 @@ impl Inner {
     /// HOLE_FILLS_PER_TX per transaction, so an operation filling more holes than that is
     /// atomic per chunk. `last` updates the inode in the final transaction. Each arming fence
     /// also makes the blocks' data (and earlier direct publishes) durable first.
-    fn commit_hole_fills(
+    pub(super) fn commit_hole_fills(
         &self,
         ino: u32,
         i: &mut Inode,
@@ -348,18 +385,33 @@ impl Inner {
     }
 
     /// Zeroes whatever is mapped in [from, to) (not fenced: the caller fences before moving
-    /// EOF over it).
-    fn zero_range(&self, ino: u32, i: &Inode, from: u64, to: u64, cache: &mut TranslationCache) {
+    /// EOF over it). A cold block in the range is brought into PM first (its SSD copy may
+    /// hold bytes past the old EOF), which updates `i`.
+    fn zero_range(
+        &self,
+        ino: u32,
+        i: &mut Inode,
+        from: u64,
+        to: u64,
+        cache: &mut TranslationCache,
+    ) -> io::Result<()> {
         let map_end = i.map_end();
         for piece in pieces(from, to.saturating_sub(from) as usize) {
             if piece.lblk >= map_end {
                 break;
             }
-            if let Some(p) = self.translate(ino, piece.lblk as u32, cache) {
+            let lblk = piece.lblk as u32;
+            let p = match self.translate(ino, lblk, cache) {
+                Some(p) => Some(p),
+                None => self.make_resident(ino, i, lblk)?,
+            };
+            if let Some(p) = p {
+                self.tier_wrote(ino, lblk, p);
                 self.pm
                     .zero_nt(self.geo.data_off(p) + piece.in_blk as u64, piece.len);
             }
         }
+        Ok(())
     }
 
     /// Truncates or extends inode `ino` (stripe lock held); updates `i` to match.
@@ -370,7 +422,8 @@ impl Inner {
         }
         let now = now_ns();
         if size > i.size {
-            self.zero_range(ino, i, i.size, size, &mut TranslationCache::default());
+            let old = i.size;
+            self.zero_range(ino, i, old, size, &mut TranslationCache::default())?;
             self.pm.fence();
             let base = self.geo.inode_off(ino as u64);
             self.pm.store_u64(base + inode::O_SIZE as u64, size);
@@ -444,11 +497,16 @@ impl Inner {
         let mut cache = TranslationCache::default();
         let (first, last) = (off / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
         let map_end = i.map_end();
+        // A cold block (on the SSD tier) is data, not a hole.
         let missing: Vec<u32> = (first..last)
-            .filter(|&l| l >= map_end || self.translate(ino, l as u32, &mut cache).is_none())
+            .filter(|&l| {
+                l >= map_end
+                    || (self.translate(ino, l as u32, &mut cache).is_none()
+                        && self.ssd_block(ino, l as u32).is_none())
+            })
             .map(|l| l as u32)
             .collect();
-        self.map.reserve(missing.len() as u64)?;
+        self.reserve_room(missing.len() as u64, Some(ino), true)?;
         let mut claims = Vec::with_capacity(missing.len());
         for (n, &lblk) in missing.iter().enumerate() {
             match self.map.claim(&self.pm, &self.journal, ino, lblk) {
@@ -469,8 +527,15 @@ impl Inner {
             }
         }
         if !keep && end > i.size {
-            self.zero_range(ino, &i, i.size, end, &mut cache);
+            let size = i.size;
+            if let Err(e) = self.zero_range(ino, &mut i, size, end, &mut cache) {
+                for (c, lblk) in claims.into_iter().rev() {
+                    self.map.abandon(&self.pm, &self.journal, c, ino, lblk);
+                }
+                return Err(e);
+            }
         }
+        self.refresh_blocks(ino, &mut i);
         // Blocks past EOF are exposed only by the size or falloc_end the last transaction
         // commits, so they are published directly (recovery frees them if it never commits).
         let (inside, outside) = split_hole_fills(&i, &claims);
@@ -489,6 +554,7 @@ impl Inner {
             i.ctime_ns = now;
         });
         uncovered.covered();
+        self.tier_filled(ino, &claims);
         Ok(())
     }
 
@@ -501,10 +567,10 @@ impl Inner {
         let mut cache = TranslationCache::default();
         // Partial blocks at the edges are zeroed; whole blocks are unmapped.
         if full_first > full_last {
-            self.zero_range(ino, i, off, end, &mut cache);
+            self.zero_range(ino, i, off, end, &mut cache)?;
         } else {
-            self.zero_range(ino, i, off, full_first * BLOCK_SIZE, &mut cache);
-            self.zero_range(ino, i, full_last * BLOCK_SIZE, end, &mut cache);
+            self.zero_range(ino, i, off, full_first * BLOCK_SIZE, &mut cache)?;
+            self.zero_range(ino, i, full_last * BLOCK_SIZE, end, &mut cache)?;
         }
         let freed = if full_first < full_last {
             self.unmap_from(ino, full_first, full_last)?

@@ -76,6 +76,13 @@ impl DirectMap {
     /// reference of its own. `writable`: stores allowed, holes allocated.
     pub(crate) fn new(fs: &Fs, ino: u32, writable: bool) -> io::Result<DirectMap> {
         let inner = &fs.inner;
+        if inner.tier.is_some() {
+            // A map holds PM block offsets; eviction would pull blocks from under it.
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "direct maps (mmap) of files on an image with an SSD tier are not supported",
+            ));
+        }
         let writable = writable && !inner.read_only;
         for _ in 0..POPULATE_TRIES {
             let hole_in = {

@@ -52,12 +52,48 @@ impl Stripes {
         self.locks[Self::index(ino)].0.write()
     }
 
+    /// A set of stripes to take without waiting (see `TryStripes`); the stripe of `held`,
+    /// which the caller holds already, counts as taken.
+    pub fn try_set(&self, held: Option<u32>) -> TryStripes<'_> {
+        TryStripes {
+            stripes: self,
+            held: held.map(Self::index),
+            guards: Vec::new(),
+        }
+    }
+
     /// Write-locks the stripes of several inodes in stripe order, each stripe once.
     pub fn write_many(&self, inos: &[u32]) -> Vec<RwLockWriteGuard<'_, ()>> {
         let mut idx: Vec<usize> = inos.iter().map(|&i| Self::index(i)).collect();
         idx.sort_unstable();
         idx.dedup();
         idx.into_iter().map(|i| self.locks[i].0.write()).collect()
+    }
+}
+
+/// Stripes a batch (a flush or an eviction of the SSD tier) takes while it holds the tier's
+/// lock: each only tried, never waited for (waiting there could deadlock with a thread that
+/// holds the stripe and waits for the tier), each at most once, and released together.
+pub struct TryStripes<'a> {
+    stripes: &'a Stripes,
+    held: Option<usize>,
+    guards: Vec<(usize, RwLockWriteGuard<'a, ()>)>,
+}
+
+impl TryStripes<'_> {
+    /// Whether the stripe of `ino` is held now (taken before, by the caller, or just now).
+    pub fn lock(&mut self, ino: u32) -> bool {
+        let i = Stripes::index(ino);
+        if self.held == Some(i) || self.guards.iter().any(|g| g.0 == i) {
+            return true;
+        }
+        match self.stripes.locks[i].0.try_write() {
+            Some(g) => {
+                self.guards.push((i, g));
+                true
+            }
+            None => false,
+        }
     }
 }
 

@@ -14,6 +14,7 @@ mod probe;
 #[cfg(test)]
 mod races;
 mod rename;
+mod tiered;
 
 use std::io;
 use std::path::PathBuf;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLockReadGuard, RwLockWriteGuard};
 
 pub use direct::DirectMap;
-pub use mount::{FormatOptions, MountOptions, RecoveryReport};
+pub use mount::{FormatOptions, MountOptions, RecoveryReport, TierFormat};
 pub use ops::{DirEntry, RenameFlags, SetAttr, SetTime, Statfs};
 pub use path::{File, OpenOptions};
 pub use probe::{MappingProbe, ProbeFile};
@@ -66,6 +67,8 @@ pub(crate) struct Inner {
     pub unmounted: AtomicBool,
     /// The other processes of a shared mount (`nvmfs::shared`); `None` for a plain mount.
     pub peers: Option<Arc<dyn peers::Peers>>,
+    /// The SSD tier of a tiered image (docs/TIER.md); `None` for a PM-only image.
+    pub tier: Option<crate::tier::Tier>,
 }
 
 pub(crate) fn errno(e: i32) -> io::Error {

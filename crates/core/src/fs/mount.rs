@@ -45,6 +45,8 @@ pub struct FormatOptions {
     /// blocks that follow the previous block physically. None: as contiguous as free space
     /// allows. Neal et al. compare mappings at several layout scores.
     pub layout_score: Option<f64>,
+    /// An SSD tier under the PM image (docs/TIER.md): cold file data lives there.
+    pub tier: Option<TierFormat>,
 }
 
 impl Default for FormatOptions {
@@ -54,6 +56,31 @@ impl Default for FormatOptions {
             inode_count: None,
             mapping: MappingKind::HashFs,
             layout_score: None,
+            tier: None,
+        }
+    }
+}
+
+/// The SSD tier of a new image (mkfs `--ssd PATH [--ssd-size N]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TierFormat {
+    /// The capacity device: a block device or a file (created if missing). None: a buffer in
+    /// memory (in-memory images only).
+    pub ssd: Option<PathBuf>,
+    /// Bytes of it to use; default the device's or file's size. Rounded down to whole
+    /// 512 KiB extents; the first extent holds the SSD's header.
+    pub ssd_size: Option<u64>,
+    /// Flush and cleaning thresholds (the seed's 80% / 50% / 85% / 8 by default).
+    pub marks: crate::layout::tier::Watermarks,
+}
+
+impl TierFormat {
+    /// A tier on `ssd` of `ssd_size` bytes with the default thresholds.
+    pub fn new(ssd: Option<PathBuf>, ssd_size: Option<u64>) -> TierFormat {
+        TierFormat {
+            ssd,
+            ssd_size,
+            marks: Default::default(),
         }
     }
 }
@@ -62,6 +89,8 @@ impl Default for FormatOptions {
 #[derive(Clone, Debug, Default)]
 pub struct MountOptions {
     pub read_only: bool,
+    /// The SSD of a tiered image, when not at the path recorded at mkfs.
+    pub ssd: Option<PathBuf>,
 }
 
 /// What mount found and repaired.
@@ -78,6 +107,10 @@ pub struct RecoveryReport {
     pub block_counts_fixed: u64,
     pub orphans_freed: u64,
     pub tombstones_compacted: u64,
+    /// Tiered images: SSD entries dropped (stale, or PM-resident after an unclean shutdown)
+    /// and duplicate entries resolved.
+    pub tier_stale_entries: u64,
+    pub tier_duplicate_entries: u64,
 }
 
 fn uuid() -> [u8; 16] {
@@ -90,13 +123,64 @@ fn uuid() -> [u8; 16] {
     u
 }
 
-/// Lays out an image of `blocks` blocks for `opts`, or says why it cannot be made.
-fn plan(blocks: u64, opts: &FormatOptions) -> io::Result<Geometry> {
+/// Lays out an image of `blocks` blocks for `opts` with an SSD tier of `extents` data
+/// extents (0: none), or says why it cannot be made. The tier region (header and block
+/// table) takes the end of the image.
+fn plan(blocks: u64, opts: &FormatOptions, extents: u64) -> io::Result<Geometry> {
     let invalid = |e| io::Error::new(io::ErrorKind::InvalidInput, e);
-    let geo = Geometry::compute(blocks, opts.inode_count).map_err(invalid)?;
+    let tier_blocks = if extents > 0 {
+        let t = 1 + crate::layout::tier::table_blocks(extents);
+        if opts.mapping != MappingKind::HashFs {
+            return Err(invalid(format!(
+                "an SSD tier needs the hashfs mapping, not {}",
+                opts.mapping
+            )));
+        }
+        if t * 2 > blocks {
+            return Err(invalid(format!(
+                "the SSD tier's block table ({} KiB for {} MiB of SSD) would take more than half of the {} MiB image",
+                t * 4,
+                extents / 2,
+                blocks / 256
+            )));
+        }
+        t
+    } else {
+        0
+    };
+    let mut geo = Geometry::compute(blocks - tier_blocks, opts.inode_count).map_err(invalid)?;
+    geo.total_blocks = blocks;
     opts.mapping.check_fits(&geo).map_err(invalid)?;
     layout_permille(opts).map_err(invalid)?;
     Ok(geo)
+}
+
+/// Opens (or creates) the SSD of a new tiered image and counts its data extents.
+fn open_new_ssd(t: &TierFormat) -> io::Result<(crate::tier::ssd::Ssd, u64)> {
+    use crate::layout::tier::{EXTENT_BYTES, MAX_EXTENTS};
+    use crate::tier::ssd::Ssd;
+    let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+    let ssd = match &t.ssd {
+        Some(p) => Ssd::open(p, t.ssd_size)?,
+        None => Ssd::memory(
+            t.ssd_size
+                .ok_or_else(|| invalid("an SSD in memory needs a size".into()))?,
+        ),
+    };
+    let bytes = t.ssd_size.unwrap_or(ssd.len);
+    if bytes > ssd.len {
+        return Err(invalid(format!(
+            "--ssd-size {bytes} is larger than the SSD ({} bytes)",
+            ssd.len
+        )));
+    }
+    let extents = (bytes / EXTENT_BYTES).saturating_sub(1).min(MAX_EXTENTS);
+    if extents == 0 {
+        return Err(invalid(format!(
+            "SSD of {bytes} bytes is too small: the tier needs at least 1 MiB (a header extent and one data extent of 512 KiB)"
+        )));
+    }
+    Ok((ssd, extents))
 }
 
 /// The layout score of `opts` in thousandths, or why it cannot be used.
@@ -120,12 +204,41 @@ fn layout_permille(opts: &FormatOptions) -> Result<Option<u32>, String> {
 /// empty table for every mapping: HashFS's free slots, or the tree mappings' empty bitmap and
 /// root table, the cuckoo mapping's empty table (whose blocks in the data region are marked
 /// used in the bitmap here).
-fn write_fresh(pm: &Pm, geo: &Geometry, opts: &FormatOptions) {
+fn write_fresh(
+    pm: &Pm,
+    geo: &Geometry,
+    opts: &FormatOptions,
+    tier: Option<(&crate::tier::ssd::Ssd, u64)>,
+) -> io::Result<()> {
     if opts.mapping == MappingKind::Cuckoo {
         crate::mapping::cuckoo::format(pm, geo);
     }
-    let mut sb = Superblock::new(geo.clone(), uuid(), now_ns() as u64).with_mapping(opts.mapping);
+    let id = uuid();
+    let mut sb = Superblock::new(geo.clone(), id, now_ns() as u64).with_mapping(opts.mapping);
     sb.layout_score_permille = layout_permille(opts).expect("checked by plan");
+    if let (Some((ssd, extents)), Some(t)) = (tier, &opts.tier) {
+        let start = geo.total_blocks - 1 - crate::layout::tier::table_blocks(extents);
+        let path = t
+            .ssd
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        if path.len() > crate::layout::tier::PATH_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "SSD path longer than {} bytes",
+                    crate::layout::tier::PATH_MAX
+                ),
+            ));
+        }
+        t.marks
+            .validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let hdr = crate::tier::new_header(extents, start, id, t.marks, path);
+        crate::tier::Tier::format(pm, start, &hdr, ssd)?;
+        sb = sb.with_tier(start);
+    }
     let sb = sb.encode();
     pm.write(PRIMARY_BLOCK * BLOCK_SIZE, &sb);
     pm.write(REPLICA_BLOCK * BLOCK_SIZE, &sb);
@@ -149,6 +262,7 @@ fn write_fresh(pm: &Pm, geo: &Geometry, opts: &FormatOptions) {
     pm.persist(0, (STATE_BLOCK * BLOCK_SIZE) as usize + STATE_LEN);
     pm.persist(geo.inode_off(ROOT_INO), INODE_SIZE as usize);
     pm.fence();
+    Ok(())
 }
 
 pub(crate) fn open_image(path: &Path, writable: bool) -> io::Result<std::fs::File> {
@@ -179,7 +293,8 @@ impl Fs {
     pub fn format(path: impl AsRef<Path>, opts: &FormatOptions) -> io::Result<()> {
         let path = path.as_ref();
         let blocks = opts.size_bytes / BLOCK_SIZE;
-        let geo = plan(blocks, opts)?;
+        let ssd = opts.tier.as_ref().map(open_new_ssd).transpose()?;
+        let geo = plan(blocks, opts, ssd.as_ref().map_or(0, |s| s.1))?;
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -194,7 +309,7 @@ impl Fs {
         f.set_len(blocks * BLOCK_SIZE)?;
         preallocate(&f, blocks * BLOCK_SIZE)?;
         let pm = Pm::map_file(&f, path, blocks * BLOCK_SIZE, true)?;
-        write_fresh(&pm, &geo, opts);
+        write_fresh(&pm, &geo, opts, ssd.as_ref().map(|(s, e)| (s, *e)))?;
         pm.sync_backing()?;
         unlock_image(&f);
         Ok(())
@@ -222,10 +337,18 @@ impl Fs {
     /// Formats an in-memory image (tests, scratch use) and mounts it.
     pub fn format_in_memory(opts: &FormatOptions) -> io::Result<Fs> {
         let blocks = opts.size_bytes / BLOCK_SIZE;
-        let geo = plan(blocks, opts)?;
+        let ssd = opts.tier.as_ref().map(open_new_ssd).transpose()?;
+        let geo = plan(blocks, opts, ssd.as_ref().map_or(0, |s| s.1))?;
         let pm = Pm::in_memory(blocks * BLOCK_SIZE);
-        write_fresh(&pm, &geo, opts);
-        Self::mount_pm(pm, &MountOptions::default(), None, None)
+        write_fresh(&pm, &geo, opts, ssd.as_ref().map(|(s, e)| (s, *e)))?;
+        Self::mount_with_ssd(
+            pm,
+            &MountOptions::default(),
+            None,
+            None,
+            None,
+            ssd.map(|s| s.0),
+        )
     }
 
     /// Formats the zeroed region `pm` (which may carry a persistence tracer) and mounts it.
@@ -240,8 +363,8 @@ impl Fs {
             mapping,
             ..Default::default()
         };
-        let geo = plan(pm.len() / BLOCK_SIZE, &opts)?;
-        write_fresh(&pm, &geo, &opts);
+        let geo = plan(pm.len() / BLOCK_SIZE, &opts, 0)?;
+        write_fresh(&pm, &geo, &opts, None)?;
         Self::mount_pm(pm, &MountOptions::default(), None, None)
     }
 
@@ -265,6 +388,19 @@ impl Fs {
         path: Option<PathBuf>,
         image: Option<std::fs::File>,
         shared: Option<SharedParts>,
+    ) -> io::Result<Fs> {
+        Self::mount_with_ssd(pm, opts, path, image, shared, None)
+    }
+
+    /// `mount_region`, with the SSD of a tiered image already open (in-memory images);
+    /// otherwise a tiered image's SSD is opened at `opts.ssd` or the path its header records.
+    fn mount_with_ssd(
+        pm: Pm,
+        opts: &MountOptions,
+        path: Option<PathBuf>,
+        image: Option<std::fs::File>,
+        shared: Option<SharedParts>,
+        ssd: Option<crate::tier::ssd::Ssd>,
     ) -> io::Result<Fs> {
         check_region_len(&pm)?;
         let (sb, used_replica) = read_superblock(&pm)?;
@@ -294,6 +430,13 @@ impl Fs {
                     "image uses the {} mapping: shared (multi-process) mounts need hashfs",
                     sb.mapping
                 ),
+            ));
+        }
+        if shared.is_some() && sb.tier_start.is_some() {
+            // The LRU lists and the SSD index are private to a process.
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "image has an SSD tier: shared (multi-process) mounts of tiered images are not supported",
             ));
         }
         if let Some(parts) = shared.as_ref().filter(|p| !p.first) {
@@ -349,6 +492,23 @@ impl Fs {
             image,
             shared.as_ref().map(|p| p.peers.clone()),
         );
+        if let Some(start) = inner.sb.tier_start {
+            let ssd = match ssd {
+                Some(s) => s,
+                None => open_ssd(&inner.pm, start, inner.geo.total_blocks, opts)?,
+            };
+            let (tier, rec) = crate::tier::Tier::open(
+                &inner.pm,
+                &inner.geo,
+                start,
+                ssd,
+                unclean && !opts.read_only,
+                !opts.read_only,
+            )?;
+            report.tier_stale_entries = rec.stale_entries;
+            report.tier_duplicate_entries = rec.duplicate_entries;
+            inner.tier = Some(tier);
+        }
         if !inner.read_only {
             report.orphans_freed = inner.free_unheld_orphans(&scan.orphans)?;
             let mut st = state.unwrap_or_default();
@@ -422,6 +582,33 @@ impl Fs {
             Err(_) => Err(errno(libc::EBUSY)),
         }
     }
+}
+
+/// Opens the SSD of a tiered image: `opts.ssd`, else the path its tier header records.
+fn open_ssd(
+    pm: &Pm,
+    start: u64,
+    total_blocks: u64,
+    opts: &MountOptions,
+) -> io::Result<crate::tier::ssd::Ssd> {
+    let path = match &opts.ssd {
+        Some(p) => p.clone(),
+        None => {
+            let hdr = crate::layout::tier::TierHeader::decode(
+                &pm.read_vec(start * BLOCK_SIZE, BLOCK_SIZE as usize),
+                start,
+                total_blocks,
+            )?;
+            if hdr.path.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "image has an SSD tier made in memory: name its SSD to mount it",
+                ));
+            }
+            PathBuf::from(hdr.path)
+        }
+    };
+    crate::tier::ssd::Ssd::open(&path, None)
 }
 
 /// Refuses an image larger than the free space of the file system that holds it, before any
@@ -854,6 +1041,7 @@ impl Inner {
             // detach does (`write_clean`).
             unmounted: AtomicBool::new(peers.is_some()),
             peers,
+            tier: None,
             pm,
             geo,
             sb,

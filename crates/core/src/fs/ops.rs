@@ -118,7 +118,7 @@ impl Inner {
         let plan = idx.plan_insert(units);
         let claim = match plan.new_block {
             Some(lblk) => {
-                self.map.reserve(1)?;
+                self.reserve_room(1, None, true)?;
                 Some(
                     self.map
                         .claim(&self.pm, &self.journal, dir, lblk)
@@ -202,8 +202,7 @@ impl Inner {
         };
         let link_claim = match target.filter(|t| t.len() > INLINE_LEN) {
             Some(_) => match self
-                .map
-                .reserve(1)
+                .reserve_room(1, None, true)
                 .and_then(|_| self.map.claim(&self.pm, &self.journal, ino, 0))
             {
                 Ok(c) => Some(c),
@@ -391,6 +390,7 @@ impl Inner {
             ino,
             super::mount::allowed_blocks(&i),
         )?;
+        self.tier_drop(ino, 0, u64::MAX);
         self.pm.fence();
         self.map.freed(freed);
         self.dirs.remove(ino);
@@ -401,7 +401,11 @@ impl Inner {
     /// Unmaps the blocks of `ino` in [from, to) (written back, maybe not fenced); returns how
     /// many. See `FileMap::unmap_range`.
     pub(crate) fn unmap_from(&self, ino: u32, from: u64, to: u64) -> io::Result<u64> {
-        self.map.unmap_range(&self.pm, &self.journal, ino, from, to)
+        let n = self
+            .map
+            .unmap_range(&self.pm, &self.journal, ino, from, to)?;
+        self.tier_drop(ino, from, to);
+        Ok(n)
     }
 }
 
@@ -769,11 +773,18 @@ impl Fs {
 
     pub fn statfs(&self) -> Statfs {
         let inner = &self.inner;
-        let total = inner.map.total_blocks();
+        let mut total = inner.map.total_blocks();
+        let mut used = inner.map.used_blocks();
+        if let Some(t) = &inner.tier {
+            // A clean block has copies in both tiers and counts once.
+            let info = t.info(inner.geo.data_blocks);
+            total += t.hdr.ssd_blocks();
+            used = (used + info.ssd_valid_blocks).saturating_sub(info.clean_blocks);
+        }
         Statfs {
             block_size: BLOCK_SIZE,
             blocks: total,
-            blocks_free: total.saturating_sub(inner.map.used_blocks()),
+            blocks_free: total.saturating_sub(used),
             inodes: inner.geo.inode_count - 1,
             inodes_free: inner.inodes.free_count(),
             name_max: dentry::NAME_MAX as u64,

@@ -102,6 +102,7 @@ mod tests {
                 inode_count: Some(64),
                 mapping,
                 layout_score: None,
+                tier: None,
             })
             .unwrap();
             fs.write_file("/f", &[7u8; 3 * 4096]).unwrap();

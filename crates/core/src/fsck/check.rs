@@ -78,7 +78,43 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
     check_block_counts(&geo, &inodes, &counts, unclean, &mut r);
     let map = open_view(sb.mapping, &geo);
     check_tree(pm, &geo, map.as_ref(), &inodes, unclean, &mut r);
+    check_tier(pm, &sb, &inodes, unclean, &mut r);
     r
+}
+
+/// The SSD tier's header and block table (invariants 37-39). Stale entries are what a crash
+/// between an unlink or truncate and its dropping of entries leaves: recovery on an unclean
+/// image, damage on a clean one.
+fn check_tier(
+    pm: &Pm,
+    sb: &crate::layout::superblock::Superblock,
+    inodes: &[Option<Inode>],
+    unclean: bool,
+    r: &mut FsckReport,
+) {
+    use crate::tier::check;
+    let hdr = match check::header(pm, sb) {
+        None => return,
+        Some(Ok(h)) => h,
+        Some(Err(c)) => {
+            r.problem(c.what, c.offset);
+            return;
+        }
+    };
+    let (bad, _) = check::bad_entries(pm, &hdr, inodes);
+    if unclean && !bad.is_empty() {
+        r.recovery.push(format!(
+            "SSD tier: {} stale or duplicate block-table entr(ies) dropped",
+            bad.len()
+        ));
+        return;
+    }
+    for e in bad {
+        r.problem(
+            format!("SSD tier entry of SSD block {}: {}", e.block, e.why),
+            e.offset,
+        );
+    }
 }
 
 /// Rolls back armed records and clears torn ones, lane by lane, as a mount would. A record

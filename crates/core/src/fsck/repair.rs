@@ -112,6 +112,7 @@ fn repair_once(pm: &Pm, log: &mut Vec<Problem>) -> Result<(), String> {
     r.fix_counts();
     r.fix_chains();
     r.apply(&journal);
+    fix_tier(pm, &geo, log)?;
     st.state = STATE_CLEAN;
     write_state(pm, &st);
     match state {
@@ -127,6 +128,44 @@ fn repair_once(pm: &Pm, log: &mut Vec<Problem>) -> Result<(), String> {
         ),
         Some(_) => {}
     }
+    Ok(())
+}
+
+/// Drops the SSD tier's table entries that fsck reports (stale, or the older of two for one
+/// key), as mount's recovery would. A damaged tier header cannot be rebuilt (its extent count
+/// and UUID are nowhere else in the image).
+fn fix_tier(pm: &Pm, geo: &Geometry, log: &mut Vec<Problem>) -> Result<(), String> {
+    use crate::tier::check;
+    let Ok((sb, _)) = crate::fs::mount::read_superblock(pm) else {
+        return Ok(());
+    };
+    let hdr = match check::header(pm, &sb) {
+        None => return Ok(()),
+        Some(Ok(h)) => h,
+        Some(Err(c)) => {
+            return Err(format!(
+                "{c}: the SSD tier's header cannot be rebuilt; its cold data is unreachable"
+            ))
+        }
+    };
+    let inodes: Vec<Option<Inode>> = (0..geo.inode_count)
+        .map(|ino| {
+            let off = geo.inode_off(ino);
+            let i = Inode::decode_raw(&pm.read_array::<{ INODE_SIZE as usize }>(off));
+            (ino > 0 && !i.is_free() && i.validate(off, geo.inode_count).is_ok()).then_some(i)
+        })
+        .collect();
+    let (bad, _) = check::bad_entries(pm, &hdr, &inodes);
+    for e in &bad {
+        pm.store_u64(e.offset, 0);
+        pm.persist(e.offset, 8);
+        note(
+            log,
+            format!("SSD tier entry of SSD block {} dropped: {}", e.block, e.why),
+            e.offset,
+        );
+    }
+    pm.fence();
     Ok(())
 }
 

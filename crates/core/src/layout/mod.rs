@@ -5,6 +5,7 @@ pub mod dentry;
 pub mod inode;
 pub mod state;
 pub mod superblock;
+pub mod tier;
 
 /// The one block size of the format.
 pub const BLOCK_SIZE: u64 = 4096;

@@ -11,8 +11,12 @@ pub const VERSION: u32 = 1;
 /// without it (every image before this feature) is HashFS, and a build that does not know the
 /// feature refuses the image instead of reading a tree region as a hash table.
 pub const INCOMPAT_MAPPING: u64 = 1;
+/// Incompatible feature: an SSD tier holds cold file data (docs/TIER.md); field `tier_start`
+/// says where its header and block table are. A build without it would read cold blocks as
+/// holes.
+pub const INCOMPAT_TIER: u64 = 2;
 /// Feature bits this version understands.
-pub const INCOMPAT_KNOWN: u64 = INCOMPAT_MAPPING;
+pub const INCOMPAT_KNOWN: u64 = INCOMPAT_MAPPING | INCOMPAT_TIER;
 pub const RO_COMPAT_KNOWN: u64 = 0;
 
 pub const PRIMARY_BLOCK: u64 = 0;
@@ -54,6 +58,7 @@ const O_CREATED_NS: usize = 136;
 const O_INODE_SIZE: usize = 144;
 const O_MAPPING: usize = 148;
 const O_LAYOUT_SCORE: usize = 152;
+const O_TIER_START: usize = 160;
 const O_CHECKSUM: usize = 4092;
 
 /// Where everything is, in blocks. Derived from the image size at mkfs, then read back from
@@ -216,6 +221,9 @@ pub struct Superblock {
     /// Tree mappings: the layout score the allocator aims at, in thousandths (mkfs
     /// `--layout-score`); None: allocate as contiguously as free space allows.
     pub layout_score_permille: Option<u32>,
+    /// The block of the tier header (INCOMPAT_TIER): the tier region runs from there to the
+    /// end of the image, after the data region.
+    pub tier_start: Option<u64>,
 }
 
 impl Superblock {
@@ -230,7 +238,15 @@ impl Superblock {
             created_ns,
             mapping: MappingKind::HashFs,
             layout_score_permille: None,
+            tier_start: None,
         }
+    }
+
+    /// The superblock of an image with an SSD tier whose header is at block `start`.
+    pub fn with_tier(mut self, start: u64) -> Self {
+        self.tier_start = Some(start);
+        self.incompat |= INCOMPAT_TIER;
+        self
     }
 
     /// The superblock of an image using `mapping`.
@@ -274,6 +290,7 @@ impl Superblock {
             O_LAYOUT_SCORE,
             self.layout_score_permille.map_or(0, |p| p + 1),
         );
+        put_u64(&mut b, O_TIER_START, self.tier_start.unwrap_or(0));
         let crc = crc32c::crc32c(&b[..O_CHECKSUM]);
         put_u32(&mut b, O_CHECKSUM, crc);
         b
@@ -329,6 +346,16 @@ impl Superblock {
             v if v <= 1001 && mapping.uses_allocator() => Some(v - 1),
             v => return Err(bad(&format!("layout score field {v} (mapping {mapping})"))),
         };
+        let tier_start = match (incompat & INCOMPAT_TIER != 0, get_u64(b, O_TIER_START)) {
+            (false, 0) => None,
+            (true, t) if t >= geo.data_start + geo.data_blocks && t < geo.total_blocks => {
+                if mapping != MappingKind::HashFs {
+                    return Err(bad("an SSD tier needs the hashfs mapping"));
+                }
+                Some(t)
+            }
+            (_, t) => return Err(bad(&format!("tier start {t} (feature bit and geometry)"))),
+        };
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[O_UUID..O_UUID + 16]);
         Ok(Superblock {
@@ -341,6 +368,7 @@ impl Superblock {
             created_ns: get_u64(b, O_CREATED_NS),
             mapping,
             layout_score_permille,
+            tier_start,
         })
     }
 

@@ -215,6 +215,7 @@ impl SharedMount {
         };
         let mount_opts = MountOptions {
             read_only: opts.read_only,
+            ..Default::default()
         };
         // Joining (or recovering) runs under the gate like any operation.
         let entry = gate::enter(map.gate(), map.wake(), me, |id| alive(&link, id));

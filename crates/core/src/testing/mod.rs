@@ -98,6 +98,7 @@ pub fn known_image_with(size_bytes: u64, inodes: u64, mapping: crate::MappingKin
         inode_count: Some(inodes),
         mapping,
         layout_score: None,
+        tier: None,
     })
     .expect("format the known image");
     populate(&fs).expect("populate the known image");

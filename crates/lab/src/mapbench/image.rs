@@ -30,6 +30,7 @@ impl MapImage {
             inode_count: Some((bytes / (64 << 10)).clamp(256, 1 << 20)),
             mapping,
             layout_score: layout_score.filter(|_| mapping.uses_allocator()),
+            tier: None,
         };
         let path = shm_dir.join(scratch_name(&format!("-{mapping}.img")));
         Ok(MapImage {

@@ -449,6 +449,7 @@ impl Runner<'_> {
             inode_count: Some(image.inodes),
             mapping: m,
             layout_score: m.uses_allocator().then_some(c.layout_score),
+            tier: None,
         };
         let path = c
             .shm_dir
