@@ -295,10 +295,12 @@ pub fn valid_prefix(ops: &[Op]) -> usize {
 }
 
 fn scratch() -> io::Result<Fs> {
-    let fs = Fs::format_pm_with(
-        nvmfs::media::Pm::in_memory(oracle::IMAGE_BYTES),
-        MappingKind::HashFs,
-    )?;
+    scratch_on(MappingKind::HashFs)
+}
+
+/// A populated in-memory image formatted with `mapping`.
+pub(crate) fn scratch_on(mapping: MappingKind) -> io::Result<Fs> {
+    let fs = Fs::format_pm_with(nvmfs::media::Pm::in_memory(oracle::IMAGE_BYTES), mapping)?;
     populate(&fs)?;
     Ok(fs)
 }

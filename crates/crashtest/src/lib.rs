@@ -4,6 +4,7 @@
 //! comparison against the states before and after the operation in flight ([`oracle`]).
 
 pub mod ace;
+pub mod concurrent;
 pub mod kill;
 pub mod oracle;
 pub mod trace;
