@@ -7,6 +7,7 @@ pub mod ace;
 pub mod concurrent;
 pub mod kill;
 pub mod oracle;
+pub mod recovered;
 pub mod trace;
 
 use ace::Op;

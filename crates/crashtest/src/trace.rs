@@ -52,6 +52,11 @@ impl Recorder {
         std::mem::take(&mut *self.events.lock().unwrap())
     }
 
+    /// A copy of the events recorded so far (recording goes on).
+    pub fn peek(&self) -> Vec<Event> {
+        self.events.lock().unwrap().clone()
+    }
+
     fn push(&self, e: Event) {
         if self.on.load(std::sync::atomic::Ordering::Relaxed) {
             self.events.lock().unwrap().push(e);
