@@ -256,15 +256,18 @@ pub fn changed(before: &Tree, after: &Tree) -> BTreeSet<String> {
         .collect()
 }
 
-/// Each pool operation's changed names, run alone on the populated HashFS image.
-fn footprints() -> &'static Vec<BTreeSet<String>> {
-    static F: OnceLock<Vec<BTreeSet<String>>> = OnceLock::new();
-    F.get_or_init(|| {
+/// Each pool operation's changed names, run alone on the populated image formatted with
+/// `mapping` (empty if it fails there); computed once per process and mapping.
+fn footprints(mapping: MappingKind) -> &'static Vec<BTreeSet<String>> {
+    static F: [OnceLock<Vec<BTreeSet<String>>>; 4] = [const { OnceLock::new() }; 4];
+    let slot = MappingKind::ALL
+        .iter()
+        .position(|&m| m == mapping)
+        .expect("a known mapping");
+    F[slot].get_or_init(|| {
         pool()
             .iter()
-            .map(|op| {
-                alone(op, MappingKind::HashFs).map_or_else(BTreeSet::new, |(b, a)| changed(&b, &a))
-            })
+            .map(|op| alone(op, mapping).map_or_else(BTreeSet::new, |(b, a)| changed(&b, &a)))
             .collect()
     })
 }
@@ -278,10 +281,10 @@ fn alone(op: &Op, mapping: MappingKind) -> Option<(Tree, Tree)> {
 }
 
 /// The operations of workload `seed`: 2 to 4 pool operations that each change something
-/// and change disjoint sets of names, in a seeded order.
-pub fn pick(seed: u64) -> Vec<Op> {
+/// and change disjoint sets of names on a `mapping` image, in a seeded order.
+pub fn pick(seed: u64, mapping: MappingKind) -> Vec<Op> {
     let ops = pool();
-    let feet = footprints();
+    let feet = footprints(mapping);
     let mut rng = fastrand::Rng::with_seed(seed);
     let want = rng.usize(2..=4);
     let mut order: Vec<usize> = (0..ops.len()).collect();
@@ -321,7 +324,7 @@ pub fn workloads(count: u64, seed: u64, mapping: MappingKind, tear: Tear) -> Vec
             }
             Workload {
                 id,
-                ops: pick(s),
+                ops: pick(s, mapping),
                 mapping,
                 tear,
                 depth: RecoveryDepth::FirstPerOperation,

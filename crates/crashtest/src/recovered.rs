@@ -113,7 +113,7 @@ pub fn check(w: &Workload) -> Checked {
     let mut c = Checked::default();
     let mut rng = fastrand::Rng::with_seed(w.seed ^ 0x5eed_a11e);
     // 1. A random sequence, traced, and one of its crash images that recovery repairs.
-    c.first = ace::random(w.seed, 8);
+    c.first = ace::random_on(w.seed, 8, w.mapping);
     let rec = Arc::new(Recorder::default());
     let mut pm = Pm::in_memory(oracle::IMAGE_BYTES);
     pm.set_trace(Some(rec.clone()));

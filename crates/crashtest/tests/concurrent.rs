@@ -64,12 +64,19 @@ fn concurrent_sample_tree_mappings() {
 
 #[test]
 fn workloads_are_concurrent_and_disjoint() {
-    for seed in 1..200 {
-        let ops = concurrent::pick(seed);
-        assert!((2..=4).contains(&ops.len()), "seed {seed}: {ops:?}");
+    for mapping in MappingKind::ALL {
+        for seed in 1..200 {
+            let ops = concurrent::pick(seed, mapping);
+            assert!(
+                (2..=4).contains(&ops.len()),
+                "{mapping} seed {seed}: {ops:?}"
+            );
+        }
     }
     // Seeds give different workloads, and 4 operations occur.
-    let picks: Vec<_> = (1..50).map(concurrent::pick).collect();
+    let picks: Vec<_> = (1..50)
+        .map(|s| concurrent::pick(s, MappingKind::HashFs))
+        .collect();
     assert!(picks.iter().any(|p| p.len() == 4));
     assert!(picks.windows(2).any(|w| w[0] != w[1]));
 }
