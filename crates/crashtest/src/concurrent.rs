@@ -135,32 +135,37 @@ impl Sched {
             };
         }
         let results = std::thread::scope(|s| {
-            let handles: Vec<_> = ops
-                .iter()
-                .enumerate()
-                .map(|(i, op)| {
-                    s.spawn(move || {
-                        ME.set(Some(i));
-                        {
+            let handles: Vec<_> =
+                ops.iter()
+                    .enumerate()
+                    .map(|(i, op)| {
+                        s.spawn(move || {
+                            ME.set(Some(i));
+                            {
+                                let st = self.st.lock().unwrap();
+                                let mut st = self.wait_turn(st, i);
+                                st.events.push((i, Event::OpBegin("op")));
+                                st.progress += 1;
+                            }
+                            // A panic must still end the thread's turn, or the others wait
+                            // for ever; it becomes the operation's error.
+                            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                op.run(fs)
+                            }))
+                            .unwrap_or_else(|_| Err(std::io::Error::other("operation panicked")));
                             let st = self.st.lock().unwrap();
                             let mut st = self.wait_turn(st, i);
-                            st.events.push((i, Event::OpBegin("op")));
+                            st.events.push((i, Event::OpEnd));
+                            st.live[i] = false;
+                            st.turn = Self::next_live(&st, i);
                             st.progress += 1;
-                        }
-                        let r = op.run(fs);
-                        let st = self.st.lock().unwrap();
-                        let mut st = self.wait_turn(st, i);
-                        st.events.push((i, Event::OpEnd));
-                        st.live[i] = false;
-                        st.turn = Self::next_live(&st, i);
-                        st.progress += 1;
-                        self.cv.notify_all();
-                        drop(st);
-                        ME.set(None);
-                        r
+                            self.cv.notify_all();
+                            drop(st);
+                            ME.set(None);
+                            r
+                        })
                     })
-                })
-                .collect();
+                    .collect();
             self.watch();
             handles
                 .into_iter()
