@@ -194,7 +194,12 @@ fn every_damage_is_reported_and_survived() {
 
 #[test]
 fn unknown_mapping_code_is_refused() {
-    for kind in [MappingKind::Extent, MappingKind::Radix, MappingKind::Cuckoo] {
+    for kind in [
+        MappingKind::Extent,
+        MappingKind::Radix,
+        MappingKind::Cuckoo,
+        MappingKind::Level,
+    ] {
         let mut img = known(kind).image;
         for block in 0..2 {
             let off = block * BLOCK_SIZE + 148;
@@ -259,7 +264,12 @@ fn byte_flips_in_trees_never_panic() {
 
 #[test]
 fn enospc_on_tree_mappings_loses_nothing_and_space_comes_back() {
-    for kind in [MappingKind::Extent, MappingKind::Radix, MappingKind::Cuckoo] {
+    for kind in [
+        MappingKind::Extent,
+        MappingKind::Radix,
+        MappingKind::Cuckoo,
+        MappingKind::Level,
+    ] {
         let fs = Fs::format_in_memory(&nvmfs::FormatOptions {
             size_bytes: 2 << 20,
             inode_count: Some(128),

@@ -105,6 +105,12 @@ fn ace_seq1_all_cuckoo_table() {
 }
 
 #[test]
+fn ace_seq1_all_level_hashing() {
+    let s = check_on(Suite::Seq1, None, MappingKind::Level);
+    assert_eq!(s.workloads, nvmfs_crashtest::ace::seq1().len());
+}
+
+#[test]
 fn ace_seq2_sample_tree_mappings() {
     check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Extent);
     check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Radix);
@@ -138,6 +144,7 @@ fn tree_growth_under_crashes() {
         nvmfs_crashtest::tree_growth(MappingKind::Radix, 270),
         nvmfs_crashtest::tree_growth(MappingKind::Cuckoo, 270),
         nvmfs_crashtest::cuckoo_fill(180),
+        nvmfs_crashtest::level_fill(150),
     ];
     let s = run(&list, 2, &|_, _| {});
     assert!(

@@ -16,8 +16,8 @@
 //! indices are the same function of the capacity). The image is fixed size, so the region is
 //! reserved at mkfs for the largest table: the level of capacity C lives at buckets
 //! [C, 2C) of the region, so every level that can ever exist has its own place and the region
-//! has 2 * `N_max` buckets (bucket 0 is the header). The table starts with a top level of
-//! `min(64, N_max)` buckets, so a growing file system pays for each resize as level hashing
+//! has 2 * `N_max` buckets (bucket 0 is the header). The table starts with a small top level
+//! (`N_max / 4`, at most 64 buckets), so a growing file system pays for each resize as level hashing
 //! does; `N_max` is the smallest power of two that gives 1.25 slots per data block.
 //!
 //! Crash consistency (FORMAT.md §6c). No journal transaction is needed: every change is a
@@ -64,7 +64,8 @@ use crate::media::Pm;
 const SLOT_BYTES: u64 = 16;
 const SLOTS_PER_BUCKET: u64 = 4;
 const BUCKET_BYTES: u64 = SLOT_BYTES * SLOTS_PER_BUCKET;
-/// Top-level buckets of a fresh table (the largest table is never smaller).
+/// Top-level buckets of a fresh table: a quarter of the largest, at most this many (and at
+/// least 4), so every table resizes at least twice on its way to full.
 pub const START_BUCKETS: u64 = 64;
 const PBLK_BITS: u32 = 40;
 const PBLK_MASK: u64 = (1 << PBLK_BITS) - 1;
@@ -129,7 +130,7 @@ impl Table {
         Table {
             off,
             max_buckets,
-            start_buckets: START_BUCKETS.min(max_buckets),
+            start_buckets: (max_buckets / 4).clamp(4, START_BUCKETS),
             ext_blocks,
         }
     }
@@ -786,7 +787,7 @@ pub fn census(
                     continue;
                 }
                 Some(_) => {
-                    bad(format!("key {k:#x} twice"));
+                    bad(format!("key {k:#x} in two slots"));
                     continue;
                 }
                 None => {}
