@@ -163,7 +163,7 @@ fn tree_growth_under_crashes() {
 /// header store that ends it) crash-checked at every fence.
 #[test]
 fn level_resize_under_crashes() {
-    let s = run(&[nvmfs_crashtest::level_fill(90)], 2, &|_, _| {});
+    let s = run(&[nvmfs_crashtest::level_fill(120)], 2, &|_, _| {});
     assert!(
         s.violations.is_empty(),
         "{} violations, first: {:#?}",
