@@ -1,6 +1,7 @@
 //! Damaged images of the tree mappings (extent, radix): for each structure (superblock mapping
 //! field, root table, tree nodes, bitmap) a damage that fsck must report (exit 4), that
-//! repair must refuse without writing (tree images are not repaired), and that mount and a
+//! repair fixes as crash recovery does (exit 1, then clean) or refuses without writing (a
+//! damaged tree), and that mount and a
 //! full read of the tree must survive without a panic. After an unclean shutdown, a damaged
 //! tree makes mount refuse (recovery walks every tree). Plus a seeded byte-flip sweep over the
 //! mapping region and the nodes: never a panic.
