@@ -78,9 +78,9 @@ pub struct Args {
     /// (internal) run the process-kill child workload on IMAGE
     #[arg(long, value_name = "IMAGE", hide = true)]
     kill_child: Option<PathBuf>,
-    /// File mapping of the images: hashfs, extent, radix or cuckoo
+    /// File mapping of the images: hashfs, extent, radix, cuckoo or level
     #[arg(long, value_name = "MAPPING", default_value = "hashfs",
-        value_parser = ["hashfs", "extent", "radix", "cuckoo"])]
+        value_parser = ["hashfs", "extent", "radix", "cuckoo", "level"])]
     mapping: String,
     /// Tearing model of in-flight stores: lines (a line keeps a prefix of its stores, each
     /// store's part of a line whole) or words (also any subset of a store's 8-byte words,

@@ -32,7 +32,10 @@ pub const EXIT_USAGE: u8 = 16;
         stray, reserved and doubly mapped blocks are freed; bad directory entries are removed; \
         counts, link counts and `..` parents are recomputed; orphans are freed; detached \
         directories, directory cycles and files with links but no entry are reconnected to \
-        /lost+found as `#<inode>`. Every change is journaled and persisted; an interrupted \
+        /lost+found as `#<inode>`. On images with an allocator mapping (extent, radix, cuckoo, \
+        level) the repair is that mapping's crash recovery (pending claims and mappings past \
+        EOF dropped, bitmap and block counts rebuilt); a damaged mapping structure is refused \
+        with nothing written. Every change is journaled and persisted; an interrupted \
         repair leaves the image marked unclean, and running it again finishes the job. A \
         second check after a successful repair finds nothing.\n\n\
         Output: one `<offset>: <problem>` line per problem found (offset in bytes from the \

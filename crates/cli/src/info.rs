@@ -192,7 +192,7 @@ struct Mapping {
     probe_length_mean_slots: f64,
     probe_length_max_slots: u64,
     probe_histogram: Vec<Bucket>,
-    /// Tree mappings (extent, radix): blocks holding tree nodes; cuckoo: data blocks holding
+    /// Tree mappings (extent, radix): blocks holding tree nodes; cuckoo, level: data blocks holding
     /// the end of its table.
     tree_node_blocks: u64,
     /// Tree mappings: data blocks the trees map.
@@ -396,8 +396,8 @@ impl Summary {
             );
         } else {
             // The same blocks hold the tree mappings' bitmap and root table (FORMAT.md §6a),
-            // or the bitmap and the start of the cuckoo table (§6b).
-            let what = if m.name == "cuckoo" {
+            // or the bitmap and the start of the cuckoo (§6b) or level hashing (§6c) table.
+            let what = if m.name == "cuckoo" || m.name == "level" {
                 "bitmap+table"
             } else {
                 "bitmap+roots"
@@ -462,7 +462,7 @@ impl Summary {
         let _ = writeln!(s, "\nmapping:        {}", m.name);
         if m.name != "hashfs" {
             let _ = writeln!(s, "  blocks used:  {:.2}% (bitmap)", m.load_factor * 100.0);
-            if m.name == "cuckoo" {
+            if m.name == "cuckoo" || m.name == "level" {
                 let _ = writeln!(s, "  table:        {} data blocks", m.tree_node_blocks);
             } else {
                 let _ = writeln!(s, "  tree nodes:   {} blocks", m.tree_node_blocks);

@@ -42,9 +42,11 @@ pub struct Args {
     #[arg(short = 'N', long, value_name = "N")]
     pub inodes: Option<u64>,
     /// File mapping: hashfs (global hash table that is also the allocator), extent (per-file
-    /// extent tree), radix (per-file radix tree); the tree mappings use a block bitmap
+    /// extent tree), radix (per-file radix tree), cuckoo (global cuckoo hash of ranged
+    /// entries), level (level hashing, one entry per block, resized in place); all but
+    /// hashfs use a block bitmap
     #[arg(short, long, value_name = "MAPPING", default_value = "hashfs",
-        value_parser = ["hashfs", "extent", "radix", "cuckoo"])]
+        value_parser = ["hashfs", "extent", "radix", "cuckoo", "level"])]
     pub mapping: String,
     /// Fragment new files to this layout score, 0..1 (the share of a file's blocks that
     /// follow the previous block physically; Neal et al.): extent and radix only
@@ -112,7 +114,7 @@ fn mkfs(args: &Args) -> Result<String, String> {
     if let Some(s) = args.layout_score {
         if !mapping.uses_allocator() {
             return Err(format!(
-                "--layout-score needs --mapping extent, radix or cuckoo (the {mapping} mapping has no \
+                "--layout-score needs --mapping extent, radix, cuckoo or level (the {mapping} mapping has no \
                  block allocator to fragment)"
             ));
         }

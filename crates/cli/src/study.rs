@@ -39,14 +39,15 @@ use nvmfs_lab::study::{self, env::Environment, filemap2021, Cell, CellStatus, Si
         results.csv, report.md and SVG/PNG figures (bars normalised to the baseline, or \
         scaling curves).\n\n\
         file-mapping-2021 runs \"Rethinking File Mapping for Persistent Memory\" (Neal et al., \
-        FAST'21) section 4 on every mapping nvmfs has (hashfs, extent, radix, and any added \
-        later): the CPU cycles (rdtscp) of the mapping operations alone, cold (one operation \
+        FAST'21) section 4 on every mapping nvmfs has (hashfs, extent, radix, cuckoo; level \
+        hashing in 4.9 only): the CPU cycles (rdtscp) of the mapping operations alone, cold (one operation \
         after evicting the caches) and hot (100,000 averaged), for locality, fragmentation \
         (layout score 1.0 and 0.7), file size, I/O size (with the mapping's share of the read \
         path), space utilisation (80/90/95% full), 1-8 threads and a page-cached extent tree \
         (Figs. 5-11), and Filebench fileserver and webproxy with Table 2's parameters on an \
-        image of each mapping (Fig. 12). --workload picks experiments (locality, \
-        fragmentation, file-size, io-size, utilisation, concurrency, page-cache, filebench), \
+        image of each mapping (Fig. 12), and the same on level hashing used as-is (section 4.9). \
+        --workload picks experiments (locality, fragmentation, file-size, io-size, utilisation, \
+        concurrency, page-cache, filebench, level-hashing), \
         --target picks mappings; --trials sets the samples per measurement.\n\n\
         Loop devices, mounts and images are removed on success, on error and on Ctrl-C (a second \
         Ctrl-C tears down at once and exits 130).",

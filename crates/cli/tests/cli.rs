@@ -28,7 +28,7 @@ fn mkfs_16m(image: &Path) {
 #[test]
 fn mkfs_mapping_shows_in_info_and_fsck_is_clean() {
     let dir = tempfile::tempdir().unwrap();
-    for mapping in ["extent", "radix", "cuckoo"] {
+    for mapping in ["extent", "radix", "cuckoo", "level"] {
         let image = dir.path().join(format!("{mapping}.img"));
         let img = image.to_str().unwrap();
         let out = nvmfs(&["mkfs", "--size", "16M", "--mapping", mapping, img]);
@@ -44,11 +44,14 @@ fn mkfs_mapping_shows_in_info_and_fsck_is_clean() {
         );
         // The cuckoo table's blocks in the data region show where tree nodes would.
         let (nodes, label) = match mapping {
-            "cuckoo" => (v["mapping"]["tree_node_blocks"].as_u64().unwrap(), "table:"),
+            "cuckoo" | "level" => (v["mapping"]["tree_node_blocks"].as_u64().unwrap(), "table:"),
             _ => (0, "tree nodes"),
         };
         assert_eq!(v["mapping"]["tree_node_blocks"], nodes);
-        assert!(mapping != "cuckoo" || nodes > 0, "cuckoo table blocks");
+        assert!(
+            !["cuckoo", "level"].contains(&mapping) || nodes > 0,
+            "table blocks"
+        );
         let out = nvmfs(&["info", img]);
         assert!(text(&out.stdout).contains(label), "{}", text(&out.stdout));
         let out = nvmfs(&["fsck", "-n", img]);

@@ -12,7 +12,7 @@ use crate::layout::superblock::{Geometry, STATE_BLOCK};
 use crate::layout::BLOCK_SIZE;
 use crate::mapping::hashfs::{self, HashFs, RESERVED, TOMBSTONE};
 use crate::mapping::tree::{self, BlockTree, Reach};
-use crate::mapping::{balloc, cuckoo, extent, radix, MappingKind};
+use crate::mapping::{balloc, cuckoo, extent, level, radix, MappingKind};
 use crate::media::{FlushKind, MediaMode, Pm};
 
 /// Probe-length histogram buckets: 1, 2, 3-4, 5-8, 9-16, 17-64, >64 slots.
@@ -192,6 +192,7 @@ pub fn inspect_pm(pm: &Pm) -> io::Result<Info> {
         MappingKind::Extent => scan_trees(&extent::Extent::new(), pm, &geo, &mut info),
         MappingKind::Radix => scan_trees(&radix::Radix, pm, &geo, &mut info),
         MappingKind::Cuckoo => scan_cuckoo(pm, &geo, &mut info),
+        MappingKind::Level => scan_level(pm, &geo, &mut info),
     }
     Ok(info)
 }
@@ -233,6 +234,20 @@ fn scan_cuckoo(pm: &Pm, geo: &Geometry, info: &mut Info) {
         }
     });
     info.tree_nodes = cuckoo::Table::of(geo).ext_blocks;
+    info.blocks_used = (0..geo.data_blocks)
+        .filter(|&b| balloc::bit(pm, geo, b))
+        .count() as u64;
+    info.load_factor = info.blocks_used as f64 / geo.data_blocks as f64;
+}
+
+/// Counts mapped blocks; the table's region in the data region counts as its nodes.
+fn scan_level(pm: &Pm, geo: &Geometry, info: &mut Info) {
+    level::census(pm, geo, &mut |_, _| {}, &mut |_, r| {
+        if let Reach::Data { pending: false, .. } = r {
+            info.tree_data_blocks += 1
+        }
+    });
+    info.tree_nodes = level::Table::of(geo).ext_blocks;
     info.blocks_used = (0..geo.data_blocks)
         .filter(|&b| balloc::bit(pm, geo, b))
         .count() as u64;

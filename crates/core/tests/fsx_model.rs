@@ -373,6 +373,11 @@ fn seed_1_cuckoo_table() {
     run_on(1, nvmfs::MappingKind::Cuckoo);
 }
 
+#[test]
+fn seed_1_level_hashing() {
+    run_on(1, nvmfs::MappingKind::Level);
+}
+
 /// Reruns the seed in FSX_SEED (does nothing without it).
 #[test]
 fn seed_env() {

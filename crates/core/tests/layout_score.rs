@@ -40,7 +40,12 @@ fn measured(mapping: MappingKind, score: Option<f64>) -> f64 {
 
 #[test]
 fn layout_score_is_met() {
-    for mapping in [MappingKind::Extent, MappingKind::Radix, MappingKind::Cuckoo] {
+    for mapping in [
+        MappingKind::Extent,
+        MappingKind::Radix,
+        MappingKind::Cuckoo,
+        MappingKind::Level,
+    ] {
         let natural = measured(mapping, None);
         assert!(natural > 0.98, "{mapping}: natural layout {natural}");
         for want in [0.25, 0.6, 0.9] {

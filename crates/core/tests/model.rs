@@ -479,4 +479,9 @@ proptest! {
     fn cuckoo_table_matches_model(ops in prop::collection::vec(op(), 1..80)) {
         run(&ops, MappingKind::Cuckoo);
     }
+
+    #[test]
+    fn level_hashing_matches_model(ops in prop::collection::vec(op(), 1..80)) {
+        run(&ops, MappingKind::Level);
+    }
 }

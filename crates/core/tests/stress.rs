@@ -82,6 +82,12 @@ fn parallel_disjoint_and_shared_directories_cuckoo() {
     parallel_on(mem_fs_with(256, 16_384, nvmfs::MappingKind::Cuckoo));
 }
 
+/// The same on level hashing: one global table that resizes while every thread writes.
+#[test]
+fn parallel_disjoint_and_shared_directories_level() {
+    parallel_on(mem_fs_with(256, 16_384, nvmfs::MappingKind::Level));
+}
+
 fn parallel_on(fs: Fs) {
     fs.create_dir("/shared").unwrap();
     let ok = Arc::new(AtomicU64::new(0));

@@ -1,11 +1,12 @@
 //! Damaged images of the tree mappings (extent, radix): for each structure (superblock mapping
 //! field, root table, tree nodes, bitmap) a damage that fsck must report (exit 4), that
-//! repair must refuse without writing (tree images are not repaired), and that mount and a
+//! repair fixes as crash recovery does (exit 1, then clean) or refuses without writing (a
+//! damaged tree), and that mount and a
 //! full read of the tree must survive without a panic. After an unclean shutdown, a damaged
 //! tree makes mount refuse (recovery walks every tree). Plus a seeded byte-flip sweep over the
 //! mapping region and the nodes: never a panic.
 
-use nvmfs::fsck::{check_pm, repair_pm, EXIT_UNCORRECTED};
+use nvmfs::fsck::{check_pm, repair_pm, EXIT_CORRECTED, EXIT_UNCORRECTED};
 use nvmfs::layout::superblock::Geometry;
 use nvmfs::layout::BLOCK_SIZE;
 use nvmfs::mapping::tree::{root_off, split_root};
@@ -152,11 +153,19 @@ fn every_damage_is_reported_and_survived() {
                 "{kind} {name}: expected {says:?} in {:?}",
                 r.problems
             );
-            // Repair refuses tree images and writes nothing.
+            // Repair fixes what crash recovery fixes; a damaged tree it refuses, writing
+            // nothing.
+            let repairable = says == "bitmap" || says == "past EOF" || says == "root of free inode";
             let pm = Pm::from_bytes(&img);
             let rep = repair_pm(&pm);
-            assert_eq!(rep.exit_code(), EXIT_UNCORRECTED, "{kind} {name}");
-            assert_eq!(pm.snapshot(), img, "{kind} {name}: repair wrote");
+            if repairable {
+                assert_eq!(rep.exit_code(), EXIT_CORRECTED, "{kind} {name}: {rep:?}");
+                assert!(check_pm(&pm).is_clean(), "{kind} {name}: after repair");
+            } else {
+                assert_eq!(rep.exit_code(), EXIT_UNCORRECTED, "{kind} {name}");
+                assert_eq!(pm.snapshot(), img, "{kind} {name}: repair wrote");
+                assert!(rep.unrepairable.unwrap().contains("not implemented"));
+            }
             // A clean image mounts without walking the trees; reading everything must not
             // panic (damaged mappings read as holes or fail).
             if let Ok(fs) = Fs::mount_pm(Pm::from_bytes(&img), &MountOptions::default(), None, None)
@@ -173,7 +182,6 @@ fn every_damage_is_reported_and_survived() {
                 None,
                 None,
             );
-            let repairable = says == "bitmap" || says == "past EOF" || says == "root of free inode";
             assert_eq!(
                 m.is_ok(),
                 repairable,
@@ -194,7 +202,12 @@ fn every_damage_is_reported_and_survived() {
 
 #[test]
 fn unknown_mapping_code_is_refused() {
-    for kind in [MappingKind::Extent, MappingKind::Radix, MappingKind::Cuckoo] {
+    for kind in [
+        MappingKind::Extent,
+        MappingKind::Radix,
+        MappingKind::Cuckoo,
+        MappingKind::Level,
+    ] {
         let mut img = known(kind).image;
         for block in 0..2 {
             let off = block * BLOCK_SIZE + 148;
@@ -259,7 +272,12 @@ fn byte_flips_in_trees_never_panic() {
 
 #[test]
 fn enospc_on_tree_mappings_loses_nothing_and_space_comes_back() {
-    for kind in [MappingKind::Extent, MappingKind::Radix, MappingKind::Cuckoo] {
+    for kind in [
+        MappingKind::Extent,
+        MappingKind::Radix,
+        MappingKind::Cuckoo,
+        MappingKind::Level,
+    ] {
         let fs = Fs::format_in_memory(&nvmfs::FormatOptions {
             size_bytes: 2 << 20,
             inode_count: Some(128),

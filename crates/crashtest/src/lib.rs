@@ -150,6 +150,21 @@ pub fn cuckoo_fill(entries: usize) -> Workload {
     }
 }
 
+/// Fills a small image's level hashing table with single-block entries (one sparse write
+/// each, every operation crash-checked) past its starting size, so one-step movements and
+/// in-place resizes (header store, bottom level drained into the new top) happen under the
+/// crash checker.
+pub fn level_fill(entries: usize) -> Workload {
+    Workload {
+        id: format!("level fill: {entries} sparse appends on a 1 MiB image"),
+        ops: vec![Op::Sparse("/bar", 4096, 1); entries],
+        depth: oracle::RecoveryDepth::FirstPerOperation,
+        mapping: MappingKind::Level,
+        image_bytes: 1 << 20,
+        tear: trace::Tear::Lines,
+    }
+}
+
 /// Totals of a run.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Summary {

@@ -139,6 +139,12 @@ fn ace_seq1_all_cuckoo_table() {
 }
 
 #[test]
+fn ace_seq1_all_level_hashing() {
+    let s = check_on(Suite::Seq1, None, MappingKind::Level);
+    assert_eq!(s.workloads, nvmfs_crashtest::ace::seq1().len());
+}
+
+#[test]
 fn ace_seq2_sample_tree_mappings() {
     for m in [MappingKind::Extent, MappingKind::Radix, MappingKind::Cuckoo] {
         eprintln!(
@@ -189,6 +195,24 @@ fn tree_growth_under_crashes() {
     eprintln!(
         "tree growth: {} workloads, {} fences, {} crash images, 0 violations",
         s.workloads, s.fences, s.images
+    );
+}
+
+/// Level hashing filled past its starting size under the crash checker: one-step movements
+/// and one in-place resize (the header store that starts it, every entry the drain moves, the
+/// header store that ends it) crash-checked at every fence.
+#[test]
+fn level_resize_under_crashes() {
+    let s = run(&[nvmfs_crashtest::level_fill(120)], 2, &|_, _| {});
+    assert!(
+        s.violations.is_empty(),
+        "{} violations, first: {:#?}",
+        s.violations.len(),
+        &s.violations[..s.violations.len().min(5)]
+    );
+    eprintln!(
+        "level fill: {} fences, {} crash images, 0 violations",
+        s.fences, s.images
     );
 }
 

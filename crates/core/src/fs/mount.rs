@@ -190,7 +190,7 @@ fn layout_permille(opts: &FormatOptions) -> Result<Option<u32>, String> {
     };
     if !opts.mapping.uses_allocator() {
         return Err(format!(
-            "a layout score needs a mapping with a block allocator (extent, radix or cuckoo), not {}",
+            "a layout score needs a mapping with a block allocator (extent, radix, cuckoo or level), not {}",
             opts.mapping
         ));
     }
@@ -202,7 +202,7 @@ fn layout_permille(opts: &FormatOptions) -> Result<Option<u32>, String> {
 
 /// Writes a fresh file system into `pm` (all zero on entry). An all-zero mapping region is an
 /// empty table for every mapping: HashFS's free slots, or the tree mappings' empty bitmap and
-/// root table, the cuckoo mapping's empty table (whose blocks in the data region are marked
+/// root table, the cuckoo and level mappings' empty tables (whose blocks in the data region are marked
 /// used in the bitmap here).
 fn write_fresh(
     pm: &Pm,
@@ -212,6 +212,9 @@ fn write_fresh(
 ) -> io::Result<()> {
     if opts.mapping == MappingKind::Cuckoo {
         crate::mapping::cuckoo::format(pm, geo);
+    }
+    if opts.mapping == MappingKind::Level {
+        crate::mapping::level::format(pm, geo);
     }
     let id = uuid();
     let mut sb = Superblock::new(geo.clone(), id, now_ns() as u64).with_mapping(opts.mapping);
@@ -887,6 +890,11 @@ fn open_tree(
             use crate::mapping::cuckoo;
             let alloc = scatter(cuckoo::recover(pm, geo, recover, report)?);
             Box::new(cuckoo::Cuckoo::new(geo, alloc))
+        }
+        MappingKind::Level => {
+            use crate::mapping::level;
+            let alloc = scatter(level::recover(pm, geo, recover, report)?);
+            Box::new(level::Level::new(geo, alloc))
         }
         MappingKind::HashFs => unreachable!("HashFS is opened by open_hashfs"),
     })

@@ -13,7 +13,7 @@ use crate::layout::superblock::{Geometry, Superblock, REPLICA_BLOCK, ROOT_INO, S
 use crate::layout::{Corrupted, BLOCK_SIZE};
 use crate::mapping::hashfs::{self, HashFs, RESERVED};
 use crate::mapping::tree::{self, BlockTree, Census, Reach};
-use crate::mapping::{balloc, cuckoo, extent, open_view, radix, FileMap, MappingKind};
+use crate::mapping::{balloc, cuckoo, extent, level, open_view, radix, FileMap, MappingKind};
 use crate::media::Pm;
 
 /// Checks the image in `pm`, which it may write (recovery runs on it).
@@ -66,6 +66,18 @@ pub fn check_pm(pm: &Pm) -> FsckReport {
             let mut census = |bad: &mut dyn FnMut(u32, Corrupted),
                               map: &mut dyn FnMut(u32, Reach)| {
                 cuckoo::census(pm, &geo, bad, map)
+            };
+            let m = Mapped {
+                kind: sb.mapping,
+                noun: "table",
+                stray: 0,
+            };
+            check_mapped(m, pm, &geo, &inodes, unclean, &mut r, &mut census)
+        }
+        MappingKind::Level => {
+            let mut census = |bad: &mut dyn FnMut(u32, Corrupted),
+                              map: &mut dyn FnMut(u32, Reach)| {
+                level::census(pm, &geo, bad, map)
             };
             let m = Mapped {
                 kind: sb.mapping,

@@ -61,14 +61,10 @@ const LOST_FOUND: &[u8] = b"lost+found";
 
 pub(super) fn run(pm: &Pm, report: &mut RepairReport, recheck: &mut dyn FnMut() -> FsckReport) {
     // The repairs below know HashFS's table; a tree mapping's region would be wrecked by them.
+    // The mappings with a block allocator get what their crash recovery fixes, and no more.
     if let Ok((sb, _)) = crate::fs::mount::read_superblock(pm) {
         if sb.mapping != crate::mapping::MappingKind::HashFs {
-            report.unrepairable = Some(format!(
-                "repair of {} images is not implemented; a read-write mount runs crash \
-                 recovery, other damage is reported only",
-                sb.mapping
-            ));
-            report.after = report.before.clone();
+            repair_allocator_mapping(pm, &sb, report, recheck);
             return;
         }
     }
@@ -84,6 +80,118 @@ pub(super) fn run(pm: &Pm, report: &mut RepairReport, recheck: &mut dyn FnMut() 
         if done || report.repairs.len() == before {
             return;
         }
+    }
+}
+
+/// Repair of an image whose mapping takes its blocks from the bitmap allocator (extent,
+/// radix, cuckoo, level): superblocks and journal as for HashFS, then the mapping's own crash
+/// recovery, which drops pending claims, mappings past EOF and of free inodes, rewrites the
+/// bitmap and recomputes block counts. A damaged mapping structure (recovery, tried first on a
+/// scratch copy, fails: what a mount refuses) is refused before anything is written; damage
+/// the recovery does not touch (inodes, directories) is left and reported.
+fn repair_allocator_mapping(
+    pm: &Pm,
+    sb: &Superblock,
+    report: &mut RepairReport,
+    recheck: &mut dyn FnMut() -> FsckReport,
+) {
+    let kind = sb.mapping;
+    let geo = &sb.geo;
+    // Recovery on a scratch copy first: a structure it cannot recover (what a mount refuses)
+    // is refused here before anything is written.
+    let scratch = Pm::from_bytes(&pm.snapshot());
+    fix_journal(&scratch, geo, &mut Vec::new());
+    let bad = recover_mapping(kind, &scratch, geo, &mut Default::default()).err();
+    drop(scratch);
+    if let Some(e) = bad {
+        report.unrepairable = Some(format!(
+            "the {kind} mapping is damaged ({} at byte {:#x}): repair of a {kind} structure is not \
+             implemented, nothing written (a mount refuses it too; restore the image from a copy)",
+            e.what, e.offset
+        ));
+        report.after = report.before.clone();
+        return;
+    }
+    let log = &mut report.repairs;
+    let geo = match fix_superblocks(pm, log) {
+        Ok(g) => g,
+        Err(msg) => {
+            report.unrepairable = Some(msg);
+            report.after = report.before.clone();
+            return;
+        }
+    };
+    let state_off = STATE_BLOCK * BLOCK_SIZE;
+    let state = MountState::decode(&pm.read_vec(state_off, STATE_LEN));
+    let mut st = state.clone().unwrap_or_default();
+    st.state = STATE_MOUNTED;
+    write_state(pm, &st);
+    fix_journal(pm, &geo, log);
+    let mut rep = crate::fs::mount::RecoveryReport::default();
+    let done = recover_mapping(kind, pm, &geo, &mut rep);
+    if let Err(e) = done {
+        // The same recovery succeeded on the scratch copy; only a changed image gets here.
+        report.unrepairable = Some(format!("{kind} mapping recovery failed: {e}"));
+        report.after = recheck();
+        return;
+    }
+    st.state = STATE_CLEAN;
+    write_state(pm, &st);
+    let off = crate::mapping::balloc::bitmap_off(&geo);
+    let before = &report.before;
+    let found = before
+        .problems
+        .iter()
+        .map(|p| (p.what.as_str(), p.offset))
+        .chain(before.recovery.iter().map(|w| (w.as_str(), off)));
+    for (what, at) in found {
+        let fixed_by_recovery = ["bitmap", "past EOF", "in flight", "block count"]
+            .iter()
+            .any(|w| what.contains(w));
+        if fixed_by_recovery {
+            note(log, format!("{kind} mapping recovery: {what}"), at);
+        }
+    }
+    note(
+        log,
+        format!(
+            "{kind} mapping recovery: {} stray block(s) freed, {} block count(s) fixed, bitmap \
+             rewritten from the mapping",
+            rep.stray_blocks_freed, rep.block_counts_fixed
+        ),
+        off,
+    );
+    if !matches!(state, Some(ref s) if s.state == STATE_CLEAN) {
+        note(
+            log,
+            "image was not unmounted cleanly: recovered and marked clean",
+            state_off,
+        );
+    }
+    report.after = recheck();
+    if !report.after.is_clean() {
+        report.unrepairable = Some(format!(
+            "repair of {kind} images fixes what its crash recovery fixes (pending claims, \
+             mappings past EOF or of free inodes, the bitmap, block counts); the other damage \
+             reported is not repaired"
+        ));
+    }
+}
+
+/// The crash recovery of an allocator mapping, as after an unclean shutdown.
+fn recover_mapping(
+    kind: crate::mapping::MappingKind,
+    pm: &Pm,
+    geo: &Geometry,
+    rep: &mut crate::fs::mount::RecoveryReport,
+) -> Result<(), crate::layout::Corrupted> {
+    use crate::mapping::{cuckoo, extent, level, radix, tree, MappingKind};
+    match kind {
+        MappingKind::Extent => tree::recover(&extent::Extent::new(), pm, geo, true, rep).map(drop),
+        MappingKind::Radix => tree::recover(&radix::Radix, pm, geo, true, rep).map(drop),
+        MappingKind::Cuckoo => cuckoo::recover(pm, geo, true, rep).map(drop),
+        MappingKind::Level => level::recover(pm, geo, true, rep).map(drop),
+        MappingKind::HashFs => unreachable!("HashFS is repaired by repair_once"),
     }
 }
 

@@ -5,11 +5,13 @@
 //! - `hashfs`: one global hash table that is also the block allocator (`hashfs`);
 //! - `extent`: a per-file extent tree with a per-file cursor (`extent`);
 //! - `radix`: a per-file radix tree of block pointers (`radix`);
-//! - `cuckoo`: one global cuckoo hash table of ranged entries (`cuckoo`).
+//! - `cuckoo`: one global cuckoo hash table of ranged entries (`cuckoo`);
+//! - `level`: level hashing (Zuo et al., OSDI'18) as-is, one entry per block, resizing in
+//!   place (`level`; Neal et al. §4.9).
 //!
 //! The tree mappings take their data and node blocks from one block allocator (`balloc`: a
 //! bitmap in PM and a volatile free-extent index) and keep each file's root in a root table
-//! (`tree`); the cuckoo table takes its data blocks from the same allocator.
+//! (`tree`); the cuckoo and level hashing tables take its data blocks from the same allocator.
 //!
 //! The seam. Turning a claimed block into a mapping is either one aligned 8-byte store
 //! (HashFS's key, the radix tree's leaf pointer, the extent tree's "pending" flag) or, for
@@ -23,6 +25,7 @@ pub mod balloc;
 pub mod cuckoo;
 pub mod extent;
 pub mod hashfs;
+pub mod level;
 pub mod radix;
 pub mod tree;
 
@@ -40,14 +43,16 @@ pub enum MappingKind {
     Extent,
     Radix,
     Cuckoo,
+    Level,
 }
 
 impl MappingKind {
-    pub const ALL: [MappingKind; 4] = [
+    pub const ALL: [MappingKind; 5] = [
         MappingKind::HashFs,
         MappingKind::Extent,
         MappingKind::Radix,
         MappingKind::Cuckoo,
+        MappingKind::Level,
     ];
 
     pub fn name(self) -> &'static str {
@@ -56,6 +61,7 @@ impl MappingKind {
             MappingKind::Extent => "extent",
             MappingKind::Radix => "radix",
             MappingKind::Cuckoo => "cuckoo",
+            MappingKind::Level => "level",
         }
     }
 
@@ -66,6 +72,7 @@ impl MappingKind {
             MappingKind::Extent => 1,
             MappingKind::Radix => 2,
             MappingKind::Cuckoo => 3,
+            MappingKind::Level => 4,
         }
     }
 
@@ -79,6 +86,7 @@ impl MappingKind {
             MappingKind::HashFs => Ok(()),
             MappingKind::Extent | MappingKind::Radix => tree::check_fits(geo),
             MappingKind::Cuckoo => cuckoo::check_fits(geo),
+            MappingKind::Level => level::check_fits(geo),
         }
     }
 
@@ -95,7 +103,7 @@ impl std::str::FromStr for MappingKind {
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
-                format!("unknown mapping {s:?} (expected hashfs, extent, radix or cuckoo)")
+                format!("unknown mapping {s:?} (expected hashfs, extent, radix, cuckoo or level)")
             })
     }
 }
@@ -107,7 +115,7 @@ impl std::fmt::Display for MappingKind {
 }
 
 /// A claimed block and the value its entry had before the claim (HashFS: free or tombstone;
-/// the tree mappings: 0; cuckoo: the slot of its pending entry).
+/// the tree mappings: 0; cuckoo and level: the slot of its pending entry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Claim {
     pub pblk: u64,
@@ -182,5 +190,6 @@ pub fn open_view(kind: MappingKind, geo: &Geometry) -> Box<dyn FileMap> {
         MappingKind::Extent => Box::new(tree::TreeMap::view(extent::Extent::new(), geo)),
         MappingKind::Radix => Box::new(tree::TreeMap::view(radix::Radix, geo)),
         MappingKind::Cuckoo => Box::new(cuckoo::Cuckoo::view(geo)),
+        MappingKind::Level => Box::new(level::Level::view(geo)),
     }
 }

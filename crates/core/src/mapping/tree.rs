@@ -404,7 +404,9 @@ mod tests {
         let map: Box<dyn FileMap> = match kind {
             MappingKind::Extent => Box::new(TreeMap::new(Extent::new(), &geo, alloc)),
             MappingKind::Radix => Box::new(TreeMap::new(Radix, &geo, alloc)),
-            MappingKind::HashFs | MappingKind::Cuckoo => unreachable!("tree mappings only"),
+            MappingKind::HashFs | MappingKind::Cuckoo | MappingKind::Level => {
+                unreachable!("tree mappings only")
+            }
         };
         Rig {
             journal: Journal::new(&geo),

@@ -3,7 +3,8 @@
 //!
 //! One image per mapping holds the large file and the small files, and serves 4.1 (locality),
 //! 4.3 (file size), 4.4 (I/O size), 4.6 (concurrency) and 4.7 (page cache); 4.2 makes an image
-//! per layout score, 4.5 one per fullness level, 4.8 one per Filebench personality. A failing
+//! per layout score, 4.5 one per fullness level, 4.8 one per Filebench personality and 4.9 the
+//! same on level hashing (the only experiment on `level`). A failing
 //! experiment is recorded and the others go on.
 
 use super::{param, Experiment, MapRow, MapStudyConfig, MapStudyResult, EXPERIMENTS};
@@ -43,7 +44,14 @@ pub fn run(
         interrupted,
         progress,
     };
-    r.all(&mappings);
+    r.all(&cfg.file_mappings());
+    if cfg.runs("level-hashing") && mappings.contains(&super::LEVEL) {
+        for p in [Personality::Fileserver, Personality::Webproxy] {
+            r.attempt(&format!("level hashing: filebench {}", p.name()), |r| {
+                r.filebench(exp("level-hashing"), p, super::LEVEL)
+            });
+        }
+    }
     let order = |row: &MapRow| EXPERIMENTS.iter().position(|e| e.id == row.experiment);
     r.rows.sort_by_key(order);
     Ok(MapStudyResult {
@@ -112,7 +120,7 @@ impl Runner<'_> {
             for p in [Personality::Fileserver, Personality::Webproxy] {
                 for &m in mappings {
                     self.attempt(&format!("filebench {} on {m}", p.name()), |r| {
-                        r.filebench(p, m)
+                        r.filebench(exp("filebench"), p, m)
                     });
                 }
             }
@@ -427,9 +435,9 @@ impl Runner<'_> {
         img.close()
     }
 
-    /// 4.8: a Table 2 personality through the lab's Filebench engine on an image of `m`.
-    fn filebench(&mut self, p: Personality, m: MappingKind) -> io::Result<()> {
-        let e = exp("filebench");
+    /// 4.8 (and 4.9 on level hashing): a Table 2 personality through the lab's Filebench
+    /// engine on an image of `m`, as rows of `e`.
+    fn filebench(&mut self, e: &Experiment, p: Personality, m: MappingKind) -> io::Result<()> {
         let c = self.cfg;
         let mut personality = table2(p, c.filebench.files);
         if let Some(t) = c.filebench.threads {

@@ -60,7 +60,7 @@ fn tiny_study_writes_sane_results() {
             r.summary.mean > 0.0 || !positive && r.summary.mean == 0.0,
             "{r:?}"
         );
-        let kept = if r.experiment == "filebench" {
+        let kept = if ["filebench", "level-hashing"].contains(&r.experiment) {
             cfg.filebench.trials - 1
         } else {
             cfg.trials
@@ -81,12 +81,16 @@ fn tiny_study_writes_sane_results() {
     }
     let all: Vec<String> = MappingKind::ALL.iter().map(|m| m.to_string()).collect();
     for (key, mappings) in &per {
+        // Level hashing runs in 4.9 only, and only level hashing does.
+        let files: Vec<String> = all.iter().filter(|m| *m != "level").cloned().collect();
         let expect: Vec<String> = if key.starts_with("page-cache") {
             vec!["extent".into(), "extent+page-cache".into()]
         } else if key.starts_with("fragmentation") && !key.contains("score 1.00") {
-            all.iter().filter(|m| *m != "hashfs").cloned().collect()
+            files.iter().filter(|m| *m != "hashfs").cloned().collect()
+        } else if key.starts_with("level-hashing") {
+            vec!["level".into()]
         } else {
-            all.clone()
+            files.clone()
         };
         assert_eq!(mappings, &expect, "{key}");
     }
@@ -118,6 +122,32 @@ fn tiny_study_writes_sane_results() {
         .find(|f| f.id == "hashfs-slower-than-cuckoo-at-95-full")
         .unwrap();
     assert!(cuckoo.checks[0].not_run || all.contains(&"cuckoo".to_string()));
+    // 4.9 ran: its finding is checked (measured, not "not run") and its section shows level
+    // hashing beside the file mappings' Filebench rows.
+    let lh = w
+        .findings
+        .iter()
+        .find(|f| f.id == "level-hashing-loses-to-hashfs")
+        .unwrap();
+    assert!(!lh.not_run, "{lh:?}");
+    assert!(lh.checks.iter().all(|c| c.measured.is_some()), "{lh:?}");
     let md = std::fs::read_to_string(w.dir.join("report.md")).unwrap();
     assert!(md.contains("## Findings") && md.contains("level hashing"));
+    let sec = md
+        .split("\n## 4.9 ")
+        .nth(1)
+        .expect("a 4.9 section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    assert!(
+        sec.contains("| hashfs |") || sec.contains("| hashfs | "),
+        "{sec}"
+    );
+    assert!(sec.contains("level"), "{sec}");
+    assert!(!md.contains("is cut") && !md.contains("no level-hashing"));
+    assert!(w
+        .files
+        .iter()
+        .any(|f| f.to_string_lossy().contains("fig12-level-hashing")));
 }
