@@ -135,12 +135,16 @@ fn erases(r: &StudyResult) -> FindingResult {
                 continue;
             };
             let (ea, eb) = (a.counters.erases, b.counters.erases);
+            // Neither erased (the NAND never filled): no ratio, nothing to compare.
+            if ea == 0 && eb == 0 {
+                continue;
+            }
             ratios.push(ratio(
                 n,
                 o,
                 format!("{} erases", k.name()),
                 ea as f64 / (eb as f64).max(1.0),
-                ea < eb || (ea == 0 && eb == 0),
+                ea < eb,
             ));
             let (ca, cb) = (a.erase_cost_us, b.erase_cost_us);
             ratios.push(ratio(
@@ -148,7 +152,7 @@ fn erases(r: &StudyResult) -> FindingResult {
                 o,
                 format!("{} erase cost", k.name()),
                 ca / cb.max(1.0),
-                ca < cb || (ca == 0.0 && cb == 0.0),
+                ca < cb,
             ));
         }
     }
@@ -175,8 +179,10 @@ fn erases(r: &StudyResult) -> FindingResult {
     }
 }
 
-/// nvmfs cleans at the high level only, and loses throughput there (95% intervals apart),
-/// while each kernel file system's high/medium throughput stays within 10%.
+/// nvmfs loses throughput at the high level (95% intervals apart), where its cleaning moves
+/// more valid blocks per recycled one, while each kernel file system's high/medium throughput
+/// stays within 10% (or does not differ significantly). nvmfs's log also cleans at the medium
+/// level once every extent has been written, but cheaply (the listed efficiencies).
 fn cleaning(r: &StudyResult) -> FindingResult {
     let mut ratios = Vec::new();
     for w in WORKLOADS {
@@ -191,15 +197,21 @@ fn cleaning(r: &StudyResult) -> FindingResult {
             let c = compare(&sh, &sm);
             let (metric, agrees) = if t == "nvmfs" {
                 let cleaned = |c: &Cell| c.tier.iter().map(|t| t.cleaned_extents).sum::<u64>();
-                let only_high = cleaned(m) == 0 && cleaned(h) > 0;
-                let drop = sh.ci95_high < sm.ci95_low;
+                let eff = |c: &Cell| {
+                    c.tier
+                        .iter()
+                        .find_map(|t| t.cleaning_efficiency)
+                        .map_or("-".into(), |e| format!("{e:.2}"))
+                };
                 (
                     format!(
-                        "nvmfs throughput high/medium (cleaned extents: medium {}, high {})",
+                        "nvmfs throughput high/medium (cleaned extents medium {} at efficiency {}, high {} at {})",
                         cleaned(m),
-                        cleaned(h)
+                        eff(m),
+                        cleaned(h),
+                        eff(h)
                     ),
-                    only_high && drop,
+                    sh.ci95_high < sm.ci95_low,
                 )
             } else {
                 (

@@ -79,7 +79,7 @@ pub const LEVELS: [Level; 2] = [
     },
     Level {
         name: "high",
-        target: 0.90,
+        target: 0.88,
     },
 ];
 
@@ -136,7 +136,7 @@ impl Config {
         // The lab provisions kernel file systems on 512 MiB devices at the least
         // (kernel::MIN_SIZE_BYTES); a filler file brings each to the level's utilisation.
         let (pm, data, device, trials, fs_ops) = match size {
-            Size::Quick => (16 * MIB, 64 * MIB, 512 * MIB, 3, 3_000),
+            Size::Quick => (16 * MIB, 64 * MIB, 512 * MIB, 3, 4_000),
             Size::Default => (64 * MIB, 256 * MIB, 1024 * MIB, 5, 10_000),
             Size::Full => (256 * MIB, 1024 * MIB, 4096 * MIB, 5, 40_000),
         };
@@ -146,16 +146,16 @@ impl Config {
             data_bytes: data,
             device_bytes: device,
             trials,
-            iozone_rewrites: 1.0,
+            iozone_rewrites: 2.0,
             postmark_size_low: 16 * KIB as u32,
             postmark_size_high: 64 * KIB as u32,
             postmark_transactions_per_file: 4,
             fio_file_bytes: 56 * KIB,
-            fio_updates: 1.0,
+            fio_updates: 2.0,
             fileserver_ops: fs_ops,
             fileserver_seconds: 20.0,
             fileserver_threads: 16,
-            cgroup_slack_bytes: 32 * MIB,
+            cgroup_slack_bytes: 8 * MIB,
             cache_budget: true,
             only_workloads: Vec::new(),
             only_targets: Vec::new(),

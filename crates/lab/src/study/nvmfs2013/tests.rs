@@ -147,7 +147,7 @@ fn traffic_finding_compares_every_cell() {
 }
 
 #[test]
-fn cleaning_finding_needs_cleaning_only_at_high_and_a_drop() {
+fn cleaning_finding_needs_a_significant_drop_at_high() {
     let tier = |cleaned| TierCounters {
         flushes: 1,
         flushed_blocks: 1,
