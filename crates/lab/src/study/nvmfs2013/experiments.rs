@@ -595,7 +595,7 @@ fn postmark<F: MicroFs>(
         read_block_size: BLOCK as u32,
         write_block_size: BLOCK as u32,
         buffering: false,
-        seed: seed as u32,
+        seed: (seed % 2_147_483_647) as u32 + 1,
         ..PostmarkConfig::default()
     };
     pc.validate()
