@@ -62,14 +62,22 @@ fn range(ratios: &[Ratio], metric: &str) -> String {
         .filter(|r| r.metric == metric && r.value > 0.0 && r.value.is_finite())
         .map(|r| r.value)
         .collect();
+    let only_nvmfs = ratios
+        .iter()
+        .filter(|r| r.metric == metric && r.value.is_infinite())
+        .count();
+    let extra = match only_nvmfs {
+        0 => String::new(),
+        n => format!(", and {n} cell(s) where only nvmfs erased"),
+    };
     if v.is_empty() {
-        return format!("{metric}: no ratio");
+        return format!("{metric}: no finite ratio{extra}");
     }
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = v.iter().copied().fold(0.0, f64::max);
     let geo = (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp();
     format!(
-        "{metric}: {min:.3}-{max:.3} (geometric mean {geo:.3}) over {} cells",
+        "{metric}: {min:.3}-{max:.3} (geometric mean {geo:.3}) over {} cells{extra}",
         v.len()
     )
 }
@@ -139,11 +147,13 @@ fn erases(r: &StudyResult) -> FindingResult {
             if ea == 0 && eb == 0 {
                 continue;
             }
+            // The other erased nothing and nvmfs did: an infinite ratio (null in JSON).
+            let div = |x: f64, y: f64| if y > 0.0 { x / y } else { f64::INFINITY };
             ratios.push(ratio(
                 n,
                 o,
                 format!("{} erases", k.name()),
-                ea as f64 / (eb as f64).max(1.0),
+                div(ea as f64, eb as f64),
                 ea < eb,
             ));
             let (ca, cb) = (a.erase_cost_us, b.erase_cost_us);
@@ -151,7 +161,7 @@ fn erases(r: &StudyResult) -> FindingResult {
                 n,
                 o,
                 format!("{} erase cost", k.name()),
-                ca / cb.max(1.0),
+                div(ca, cb),
                 ca < cb,
             ));
         }

@@ -224,3 +224,36 @@ fn tiny_run_end_to_end() {
     assert!(md.contains("## Findings") && md.contains("nilfs2"));
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn erase_ratios_skip_cells_where_neither_erased_and_flag_only_nvmfs() {
+    let setup = crate::ftl::replay::Setup::new(experiments::geometry(8 << 20).unwrap());
+    let report = |recs: &[Record]| {
+        crate::ftl::replay::replay_records(recs, crate::ftl::FtlKind::Page, &setup).unwrap()
+    };
+    // Overwriting the same 4 KiB page far past the NAND's size forces GC erases; one write
+    // does not.
+    let many: Vec<Record> = (0..20_000).map(|_| write(0, 8)).collect();
+    let busy = report(&many);
+    let idle = report(&[write(0, 8)]);
+    assert!(busy.counters.erases > 0);
+    assert_eq!(idle.counters.erases, 0);
+    let with = |target: &str, r: &crate::ftl::replay::FtlReport| {
+        let mut c = cell("iozone", "high", target, 1);
+        c.ftl = vec![r.clone()];
+        c
+    };
+    // Neither erased: no ratio at all.
+    let f = &check_all(&result(vec![with("nvmfs", &idle), with("ext4", &idle)]))[1];
+    assert!(f.ratios.is_empty());
+    assert_eq!(f.verdict, Verdict::NotMeasured);
+    // Only nvmfs erased: an infinite ratio that disagrees.
+    let f = &check_all(&result(vec![with("nvmfs", &busy), with("ext4", &idle)]))[1];
+    assert_eq!(f.ratios.len(), 2);
+    assert!(f.ratios.iter().all(|r| r.value.is_infinite() && !r.agrees));
+    assert!(f.measured.contains("only nvmfs erased"), "{}", f.measured);
+    assert_eq!(f.verdict, Verdict::NotReproduced);
+    // Only ext4 erased: nvmfs has fewer.
+    let f = &check_all(&result(vec![with("nvmfs", &idle), with("ext4", &busy)]))[1];
+    assert_eq!(f.verdict, Verdict::Reproduced);
+}
