@@ -329,7 +329,11 @@ fn write_charts(result: &StudyResult, dir: &Path, notes: &mut Vec<String>) -> io
 }
 
 fn mib(b: u64) -> String {
-    format!("{:.1} MiB", b as f64 / 1048576.0)
+    if b < 1 << 20 {
+        format!("{} KiB", b >> 10)
+    } else {
+        format!("{:.1} MiB", b as f64 / 1048576.0)
+    }
 }
 
 fn markdown(
