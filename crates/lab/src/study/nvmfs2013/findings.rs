@@ -66,10 +66,17 @@ fn range(ratios: &[Ratio], metric: &str) -> String {
         .iter()
         .filter(|r| r.metric == metric && r.value.is_infinite())
         .count();
-    let extra = match only_nvmfs {
-        0 => String::new(),
-        n => format!(", and {n} cell(s) where only nvmfs erased"),
-    };
+    let zero = ratios
+        .iter()
+        .filter(|r| r.metric == metric && r.value == 0.0)
+        .count();
+    let mut extra = String::new();
+    if zero > 0 {
+        extra += &format!(", and {zero} cell(s) at 0 (nvmfs none, the other some)");
+    }
+    if only_nvmfs > 0 {
+        extra += &format!(", and {only_nvmfs} cell(s) where only nvmfs erased");
+    }
     if v.is_empty() {
         return format!("{metric}: no finite ratio{extra}");
     }
@@ -279,7 +286,7 @@ fn nilfs2(r: &StudyResult) -> FindingResult {
             });
             (rec > 0).then(|| {
                 format!(
-                    "{} {}: {:.3} ({} recycled)",
+                    "{} {}: {:.3} ({} blocks recycled per trial)",
                     c.workload,
                     c.level,
                     1.0 - moved as f64 / rec as f64,
