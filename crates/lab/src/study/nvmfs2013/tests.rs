@@ -258,3 +258,22 @@ fn erase_ratios_skip_cells_where_neither_erased_and_flag_only_nvmfs() {
     assert_eq!(f.verdict, Verdict::Reproduced);
     assert!(f.measured.contains("1 cell(s) at 0"), "{}", f.measured);
 }
+
+/// The page-cache budget moves the process into a limited child cgroup and back, and removes
+/// it. A generous limit: other tests of this process run meanwhile.
+#[test]
+fn budget_enters_a_limited_cgroup_and_leaves_it() {
+    let b = match experiments::budget::Budget::enter(1 << 30) {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let inside = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    assert!(inside.contains("/nvmfs-lab-"), "{inside}");
+    let note = b.leave();
+    assert!(note.contains("limit 1024 MiB"), "{note}");
+    let after = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    assert!(!after.contains("/nvmfs-lab-"), "{after}");
+}
