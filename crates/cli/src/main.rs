@@ -22,6 +22,7 @@ mod run;
 mod size;
 mod study;
 mod study_map;
+mod study_nvmfs2013;
 mod trace;
 
 use clap::{CommandFactory, Parser, Subcommand};

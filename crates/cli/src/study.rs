@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use indicatif::{ProgressBar, ProgressStyle};
 use nvmfs_lab::kernel;
 use nvmfs_lab::study::targets::Runner;
-use nvmfs_lab::study::{self, env::Environment, filemap2021, Cell, CellStatus, Size, StudyConfig};
+use nvmfs_lab::study::{
+    self, env::Environment, filemap2021, nvmfs2013, Cell, CellStatus, Size, StudyConfig,
+};
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -49,6 +51,16 @@ use nvmfs_lab::study::{self, env::Environment, filemap2021, Cell, CellStatus, Si
         --workload picks experiments (locality, fragmentation, file-size, io-size, utilisation, \
         concurrency, page-cache, filebench, level-hashing), \
         --target picks mappings; --trials sets the samples per measurement.\n\n\
+        nvmfs-2013 runs \"NVMFS: A hybrid file system for improving random write in NAND-flash \
+        SSD\" (2013) section IV: IOzone-like random writes, Postmark with appends, fio-style \
+        random updates and Filebench fileserver at medium (60%) and high (90%) SSD utilisation \
+        on nvmfs with its SSD tier (PM image and SSD file in --shm-dir) and on ext3, ext4, btrfs \
+        (nilfs2 where the kernel has it) on a RAM-backed loop device traced through tracefs, \
+        their page cache limited to the PM tier's size by a memory cgroup. It reports the SSD \
+        write traffic, erases and erase cost of each write stream replayed on the page-level \
+        and FAST FTL simulators, throughput, and nvmfs's segment cleaning (Figs. 6-11). \
+        --workload picks workloads, --target targets, --trials trials per cell, --ops and \
+        --seconds bound fileserver's trial.\n\n\
         Loop devices, mounts and images are removed on success, on error and on Ctrl-C (a second \
         Ctrl-C tears down at once and exits 130).",
     after_help = "Examples:\n  nvmfs study nvm-2015 --quick\n  \
@@ -58,11 +70,13 @@ use nvmfs_lab::study::{self, env::Environment, filemap2021, Cell, CellStatus, Si
         nvmfs study linux-2002 --quick\n  \
         nvmfs study linux-2002 --quick --target nvmfs --target ext2 --workload aim7\n  \
         nvmfs study file-mapping-2021 --quick\n  \
-        nvmfs study file-mapping-2021 --quick --workload locality --target hashfs --target radix"
+        nvmfs study file-mapping-2021 --quick --workload locality --target hashfs --target radix\n  \
+        nvmfs study nvmfs-2013 --quick --out /tmp/s2013\n  \
+        nvmfs study nvmfs-2013 --quick --workload iozone --target nvmfs --target ext4"
 )]
 pub struct Args {
-    /// The study: nvm-2015, linux-2002 or file-mapping-2021
-    #[arg(value_parser = ["nvm-2015", "linux-2002", "file-mapping-2021"])]
+    /// The study: nvm-2015, linux-2002, file-mapping-2021 or nvmfs-2013
+    #[arg(value_parser = ["nvm-2015", "linux-2002", "file-mapping-2021", "nvmfs-2013"])]
     pub(crate) name: String,
     /// About 15 minutes on 2 cores. nvm-2015: 1/50 of the paper's file counts, 4 trials of
     /// 1 s; 10,000 YCSB records, a tenth of a TPC-C warehouse, 4 trials of 0.25 s phases.
@@ -103,7 +117,7 @@ pub struct Args {
     /// Also end each trial after N flowops (all threads together), whichever comes first
     /// (linux-2002: pgmeter's I/Os, filemark's transactions per phase)
     #[arg(long, value_name = "N")]
-    ops: Option<u64>,
+    pub(crate) ops: Option<u64>,
     /// Warm-up seconds per trial (not recorded)
     #[arg(long, value_name = "S")]
     pub(crate) warmup: Option<f64>,
@@ -312,6 +326,9 @@ fn config(def: &study::StudyDef, args: &Args) -> Result<StudyConfig, String> {
 pub fn run(args: &Args) -> u8 {
     if args.name == filemap2021::NAME {
         return crate::study_map::run(args, size_of(args), out_dir(args));
+    }
+    if args.name == nvmfs2013::NAME {
+        return crate::study_nvmfs2013::run(args, size_of(args), out_dir(args));
     }
     let Some(def) = study::find(&args.name) else {
         eprintln!("nvmfs study: unknown study {}", args.name);

@@ -39,7 +39,7 @@ pub struct TraceStats {
 }
 
 impl TraceStats {
-    fn count(&mut self, r: &Record) {
+    pub(crate) fn count(&mut self, r: &Record) {
         self.records += 1;
         let n = u64::from(r.sectors);
         match r.op {

@@ -17,6 +17,7 @@ pub mod findings;
 pub mod fsbench;
 pub mod linux2002;
 pub mod nvm2015;
+pub mod nvmfs2013;
 pub mod report;
 pub mod run_nvmfs;
 pub mod targets;
