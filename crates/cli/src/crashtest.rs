@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use nvmfs_crashtest::trace::Tear;
+use nvmfs_crashtest::{concurrent, recovered};
 use nvmfs_crashtest::{
     mutation_check, run, with_tear, workloads_for, MappingKind, Suite, Workload,
 };
@@ -24,13 +25,19 @@ use nvmfs_crashtest::{
         operation returns, and workload operations that fail or change nothing, are violations \
         too.\n\n\
         Workloads: --ace seq1 (every single ACE operation), --ace seq2 (every ordered pair), \
-        --random N --seed S (N random sequences of up to 20 operations). --mutations skips each \
+        --random N --seed S (N random sequences of up to 20 operations). --concurrent N --seed S: \
+        N workloads of 2-4 operations run on threads of their own (one journal lane each) and \
+        switched at every fence, every crash image checked against every combination of \
+        before/after of the operations in flight. --after-recovery N --seed S: a crash image \
+        that recovery repairs, then recovery, more operations, a clean unmount and remount and \
+        more operations, every fence of it crash-checked as one history. --mutations skips each \
         flush/fence call site in turn and reports which skips the workloads catch.",
     after_help = "Exit status: 0 no violation, 1 violations found (or uncaught mutations), 2 usage.\n\n\
         Examples:\n  nvmfs crashtest --ace seq1\n  nvmfs crashtest --ace seq2 --sample 300 --seed 7\n  \
         nvmfs crashtest --random 10000 --seed 1\n  nvmfs crashtest --ace seq2 --only 1234\n  \
         nvmfs crashtest --mapping extent --ace seq1\n  nvmfs crashtest --tear words --ace seq1\n  \
-        nvmfs crashtest --mutations"
+        nvmfs crashtest --concurrent 1000 --seed 1\n  \
+        nvmfs crashtest --after-recovery 200 --seed 1\n  nvmfs crashtest --mutations"
 )]
 pub struct Args {
     /// ACE workload set: seq1 or seq2
@@ -51,6 +58,16 @@ pub struct Args {
     /// Run only workload number I of the set (as printed with a violation)
     #[arg(long, value_name = "I")]
     only: Option<usize>,
+    /// Concurrent check: N workloads (seeds S..S+N) of 2-4 operations on their own threads
+    /// and journal lanes, switched at every fence; every crash image checked against every
+    /// combination of before/after of the operations in flight
+    #[arg(long, value_name = "N")]
+    concurrent: Option<u64>,
+    /// Crash after recovery: N workloads (seeds S..S+N), each a crash image that recovery
+    /// repairs, mounted (recovery), 1-3 operations, clean unmount, remount, 1-3 operations,
+    /// with every fence of that whole history crash-checked as one persistence history
+    #[arg(long, value_name = "N")]
+    after_recovery: Option<u64>,
     /// Mutation check: skip each flush/fence call site in turn (over ACE seq1, or the given set)
     #[arg(long)]
     mutations: bool,
@@ -126,6 +143,12 @@ pub fn run_cmd(args: &Args) -> u8 {
     if let Some(cycles) = args.kill {
         return run_kill(cycles, args.seed);
     }
+    if let Some(count) = args.concurrent {
+        return run_concurrent(count, args);
+    }
+    if let Some(count) = args.after_recovery {
+        return run_after_recovery(count, args);
+    }
     let list = match select(args) {
         Ok(l) => l,
         Err(e) => {
@@ -154,6 +177,122 @@ pub fn run_cmd(args: &Args) -> u8 {
         s.workloads,
         s.fences,
         s.images,
+        s.violations.len(),
+        start.elapsed().as_secs_f64()
+    );
+    if let Some(p) = &args.json {
+        if let Err(e) = std::fs::write(
+            p,
+            serde_json::to_string_pretty(&s).expect("serialisable") + "\n",
+        ) {
+            eprintln!("nvmfs crashtest: cannot write {}: {e}", p.display());
+            return 2;
+        }
+    }
+    u8::from(!s.violations.is_empty())
+}
+
+/// The mapping and tearing model of `--concurrent` and `--after-recovery`, which take no
+/// workload set of their own.
+fn special(args: &Args, flag: &str) -> Result<(MappingKind, Tear), String> {
+    if args.ace.is_some() || args.random.is_some() || args.big || args.mutations {
+        return Err(format!(
+            "{flag} takes no --ace, --random, --big or --mutations"
+        ));
+    }
+    if args.concurrent.is_some() && args.after_recovery.is_some() {
+        return Err("give --concurrent or --after-recovery, not both".into());
+    }
+    let mapping: MappingKind = args.mapping.parse()?;
+    let tear = match args.tear.as_str() {
+        "words" => Tear::Words {
+            samples: args.tear_samples,
+        },
+        _ => Tear::Lines,
+    };
+    Ok((mapping, tear))
+}
+
+fn run_concurrent(count: u64, args: &Args) -> u8 {
+    let (mapping, tear) = match special(args, "--concurrent") {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("nvmfs crashtest: {e}");
+            return 2;
+        }
+    };
+    let start = std::time::Instant::now();
+    let list = concurrent::workloads(count, args.seed, mapping, tear);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let total = list.len();
+    let s = concurrent::run(&list, args.threads, &|_| {
+        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if n.is_multiple_of(100) || n == total {
+            eprint!("\r{n}/{total} workloads");
+        }
+    });
+    eprintln!();
+    for v in &s.violations {
+        println!("VIOLATION {v}");
+    }
+    println!(
+        "{} concurrent workloads ({} operations), {} fences, {} crash images checked \
+         ({} with 2+ journal lanes rolled back, {} crash points with 2+ operations in flight; \
+         {} thread switches, {} lock-wait handoffs), {} violations ({:.1} s)",
+        s.workloads,
+        s.operations,
+        s.fences,
+        s.images,
+        s.multi_lane_images,
+        s.overlapping_points,
+        s.switches,
+        s.steals,
+        s.violations.len(),
+        start.elapsed().as_secs_f64()
+    );
+    if let Some(p) = &args.json {
+        if let Err(e) = std::fs::write(
+            p,
+            serde_json::to_string_pretty(&s).expect("serialisable") + "\n",
+        ) {
+            eprintln!("nvmfs crashtest: cannot write {}: {e}", p.display());
+            return 2;
+        }
+    }
+    u8::from(!s.violations.is_empty())
+}
+
+fn run_after_recovery(count: u64, args: &Args) -> u8 {
+    let (mapping, tear) = match special(args, "--after-recovery") {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("nvmfs crashtest: {e}");
+            return 2;
+        }
+    };
+    let start = std::time::Instant::now();
+    let list = recovered::workloads(count, args.seed, mapping, tear);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    let total = list.len();
+    let s = recovered::run(&list, args.threads, &|_| {
+        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if n.is_multiple_of(100) || n == total {
+            eprint!("\r{n}/{total} workloads");
+        }
+    });
+    eprintln!();
+    for v in &s.violations {
+        println!("VIOLATION {v}");
+    }
+    println!(
+        "{} workloads after recovery ({} from crash images that recovery repaired; {} steps), \
+         {} fences, {} crash images checked ({} after the clean unmount), {} violations ({:.1} s)",
+        s.workloads,
+        s.repaired,
+        s.steps,
+        s.fences,
+        s.images,
+        s.images_after_unmount,
         s.violations.len(),
         start.elapsed().as_secs_f64()
     );

@@ -274,12 +274,25 @@ impl Op {
 /// image (the workloads keep only such sequences; the oracle checks it again under the
 /// tracer).
 pub fn valid(ops: &[Op]) -> bool {
-    valid_prefix(ops) == ops.len()
+    valid_on(ops, MappingKind::HashFs)
 }
 
-/// How many leading operations of `ops` succeed and change the tree.
+/// [`valid`] on an image formatted with `mapping` (what applies may differ between
+/// mappings: block counts, ENOSPC).
+pub fn valid_on(ops: &[Op], mapping: MappingKind) -> bool {
+    valid_prefix_on(ops, mapping) == ops.len()
+}
+
+/// How many leading operations of `ops` succeed and change the tree (HashFS).
 pub fn valid_prefix(ops: &[Op]) -> usize {
-    let Ok(fs) = scratch() else { return 0 };
+    valid_prefix_on(ops, MappingKind::HashFs)
+}
+
+/// [`valid_prefix`] on an image formatted with `mapping`.
+pub fn valid_prefix_on(ops: &[Op], mapping: MappingKind) -> usize {
+    let Ok(fs) = scratch_on(mapping) else {
+        return 0;
+    };
     let mut t = oracle::tree(&fs);
     for (k, op) in ops.iter().enumerate() {
         if op.run(&fs).is_err() {
@@ -294,11 +307,9 @@ pub fn valid_prefix(ops: &[Op]) -> usize {
     ops.len()
 }
 
-fn scratch() -> io::Result<Fs> {
-    let fs = Fs::format_pm_with(
-        nvmfs::media::Pm::in_memory(oracle::IMAGE_BYTES),
-        MappingKind::HashFs,
-    )?;
+/// A populated in-memory image formatted with `mapping`.
+pub(crate) fn scratch_on(mapping: MappingKind) -> io::Result<Fs> {
+    let fs = Fs::format_pm_with(nvmfs::media::Pm::in_memory(oracle::IMAGE_BYTES), mapping)?;
     populate(&fs)?;
     Ok(fs)
 }
@@ -478,16 +489,26 @@ pub fn big() -> Vec<(&'static str, u64, Vec<Op>)> {
     ]
 }
 
-/// seq-2: every ordered pair of seq-1 operations in which both apply (see [`valid`]);
-/// computed once per process.
+/// seq-2: every ordered pair of seq-1 operations in which both apply (see [`valid`]) on
+/// HashFS; computed once per process.
 pub fn seq2() -> Vec<Vec<Op>> {
-    static PAIRS: OnceLock<Vec<Vec<Op>>> = OnceLock::new();
-    PAIRS
+    seq2_on(MappingKind::HashFs)
+}
+
+/// [`seq2`] with validity decided on an image formatted with `mapping`; computed once per
+/// process and mapping.
+pub fn seq2_on(mapping: MappingKind) -> Vec<Vec<Op>> {
+    static PAIRS: [OnceLock<Vec<Vec<Op>>>; 4] = [const { OnceLock::new() }; 4];
+    let slot = MappingKind::ALL
+        .iter()
+        .position(|&m| m == mapping)
+        .expect("a known mapping");
+    PAIRS[slot]
         .get_or_init(|| {
             let ops = seq1();
             ops.iter()
                 .flat_map(|a| ops.iter().map(move |b| vec![a.clone(), b.clone()]))
-                .filter(|w| valid(w))
+                .filter(|w| valid_on(w, mapping))
                 .collect()
         })
         .clone()
@@ -497,10 +518,15 @@ pub fn seq2() -> Vec<Vec<Op>> {
 /// that would fail or change nothing at its point is drawn again (up to 20 times, then the
 /// sequence ends there).
 pub fn random(seed: u64, max_len: usize) -> Vec<Op> {
+    random_on(seed, max_len, MappingKind::HashFs)
+}
+
+/// [`random`] with each draw tried on an image formatted with `mapping`.
+pub fn random_on(seed: u64, max_len: usize, mapping: MappingKind) -> Vec<Op> {
     let ops = seq1();
     let mut rng = fastrand::Rng::with_seed(seed);
     let n = rng.usize(1..=max_len);
-    let Ok(fs) = scratch() else {
+    let Ok(fs) = scratch_on(mapping) else {
         return Vec::new();
     };
     let mut t = oracle::tree(&fs);

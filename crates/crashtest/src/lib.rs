@@ -4,8 +4,10 @@
 //! comparison against the states before and after the operation in flight ([`oracle`]).
 
 pub mod ace;
+pub mod concurrent;
 pub mod kill;
 pub mod oracle;
+pub mod recovered;
 pub mod trace;
 
 use ace::Op;
@@ -47,7 +49,7 @@ pub fn workloads(suite: &Suite) -> Vec<Workload> {
 
 /// The workloads of `suite` on images formatted with `mapping`.
 pub fn workloads_for(suite: &Suite, mapping: MappingKind) -> Vec<Workload> {
-    let mut list = suite_workloads(suite);
+    let mut list = suite_workloads(suite, mapping);
     for w in &mut list {
         w.mapping = mapping;
         if mapping != MappingKind::HashFs {
@@ -68,7 +70,9 @@ pub fn with_tear(mut list: Vec<Workload>, tear: trace::Tear) -> Vec<Workload> {
     list
 }
 
-fn suite_workloads(suite: &Suite) -> Vec<Workload> {
+/// The workloads of `suite`, the operations' validity (seq-2 pairs, random draws) decided on
+/// `mapping` images.
+fn suite_workloads(suite: &Suite, mapping: MappingKind) -> Vec<Workload> {
     match suite {
         Suite::Seq1 => ace::seq1()
             .into_iter()
@@ -82,7 +86,7 @@ fn suite_workloads(suite: &Suite) -> Vec<Workload> {
                 tear: trace::Tear::Lines,
             })
             .collect(),
-        Suite::Seq2 => ace::seq2()
+        Suite::Seq2 => ace::seq2_on(mapping)
             .into_iter()
             .enumerate()
             .map(|(i, ops)| Workload {
@@ -97,7 +101,7 @@ fn suite_workloads(suite: &Suite) -> Vec<Workload> {
         Suite::Random { count, seed } => (*seed..seed + count)
             .map(|s| Workload {
                 id: format!("--random 1 --seed {s}"),
-                ops: ace::random(s, 20),
+                ops: ace::random_on(s, 20, mapping),
                 depth: oracle::RecoveryDepth::FirstPerOperation,
                 mapping: MappingKind::HashFs,
                 image_bytes: oracle::IMAGE_BYTES,

@@ -48,7 +48,7 @@ pub struct Entry {
 
 impl Entry {
     /// One line for a violation message (the body by length and hash).
-    fn show(&self) -> String {
+    pub fn show(&self) -> String {
         format!(
             "{:?} ino {} size {} nlink {} blocks {} mode {:o} uid {} gid {} rdev {:#x} \
              atime {} mtime {} ctime {} body {}B#{:016x}",
@@ -423,14 +423,14 @@ pub fn check_image(
     None
 }
 
-fn repaired(r: &nvmfs::RecoveryReport) -> bool {
+pub(crate) fn repaired(r: &nvmfs::RecoveryReport) -> bool {
     r.lanes_rolled_back + r.torn_lanes_cleared > 0
         || r.reserved_slots_cleared + r.stray_blocks_freed + r.block_counts_fixed + r.orphans_freed
             > 0
 }
 
 /// A power loss during recovery: every image it can leave must recover to `want`.
-fn check_recovery_crashes(
+pub(crate) fn check_recovery_crashes(
     img: &[u8],
     events: &[crate::trace::Event],
     want: &Tree,

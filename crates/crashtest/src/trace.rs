@@ -52,6 +52,11 @@ impl Recorder {
         std::mem::take(&mut *self.events.lock().unwrap())
     }
 
+    /// A copy of the events recorded so far (recording goes on).
+    pub fn peek(&self) -> Vec<Event> {
+        self.events.lock().unwrap().clone()
+    }
+
     fn push(&self, e: Event) {
         if self.on.load(std::sync::atomic::Ordering::Relaxed) {
             self.events.lock().unwrap().push(e);
@@ -96,10 +101,14 @@ impl PersistTrace for Recorder {
 struct Piece {
     off: u64,
     data: Vec<u8>,
-    /// Written back (or non-temporal): durable at the next fence.
-    flushed: bool,
+    /// The threads (bit per thread, see [`Replay`]) that wrote the line back after this
+    /// store (for a non-temporal store: the storing thread): durable at such a thread's
+    /// next fence.
+    flushed: u64,
     /// A non-temporal store: torn at 16 bytes instead of 8 under [`Tear::Words`].
     nt: bool,
+    /// The thread that stored it.
+    owner: usize,
 }
 
 /// How finely in-flight stores may persist (see the module documentation).
@@ -276,45 +285,27 @@ pub fn crash_points_with(
     events: &[Event],
     tear: Tear,
 ) -> (Vec<CrashPoint>, Vec<String>) {
-    let mut durable = base.to_vec();
-    let mut pending: BTreeMap<u64, Vec<Piece>> = BTreeMap::new();
+    let mut r = Replay::new(base, tear);
     let mut points = Vec::new();
     let mut lost = Vec::new();
     let mut op = 0usize;
     let mut in_op = false;
     for (i, e) in events.iter().enumerate() {
         match e {
-            Event::Store { off, data, nt } => split_store(&mut pending, *off, data, *nt),
-            Event::Flush { line } => {
-                if let Some(ps) = pending.get_mut(line) {
-                    ps.iter_mut().for_each(|p| p.flushed = true);
-                }
-            }
+            Event::Store { off, data, nt } => r.store(0, *off, data, *nt),
+            Event::Flush { line } => r.flush(0, *line),
             Event::Fence => {
                 if in_op {
-                    let lines = pending
-                        .values()
-                        .filter(|ps| !ps.is_empty())
-                        .cloned()
-                        .collect();
-                    points.push(CrashPoint {
-                        op,
-                        fence: i,
-                        durable: durable.clone(),
-                        lines,
-                        tear,
-                    });
+                    points.push(r.point(op, i));
                 }
-                apply_fence(&mut durable, &mut pending);
+                r.fence(0);
             }
             Event::OpBegin(_) => in_op = true,
             Event::OpEnd => {
-                for (line, ps) in &pending {
-                    if !ps.is_empty() {
-                        lost.push(format!(
-                            "operation {op}: store to line {line:#x} not durable at return"
-                        ));
-                    }
+                for line in r.pending_lines_of(None) {
+                    lost.push(format!(
+                        "operation {op}: store to line {line:#x} not durable at return"
+                    ));
                 }
                 in_op = false;
                 op += 1;
@@ -324,36 +315,99 @@ pub fn crash_points_with(
     (points, lost)
 }
 
-fn split_store(pending: &mut BTreeMap<u64, Vec<Piece>>, off: u64, data: &[u8], nt: bool) {
-    let mut at = 0usize;
-    while at < data.len() {
-        let pos = off + at as u64;
-        let line = pos & !(CACHE_LINE - 1);
-        let take = ((line + CACHE_LINE - pos) as usize).min(data.len() - at);
-        pending.entry(line).or_default().push(Piece {
-            off: pos,
-            data: data[at..at + take].to_vec(),
-            flushed: nt,
-            nt,
-        });
-        at += take;
+/// The persistence state of a region while a trace is replayed: the durable image and the
+/// stores in flight per cache line. Events carry the thread that issued them (0..64; a
+/// single-threaded trace uses 0): a flush writes back the whole line, whoever stored into it,
+/// but only a fence of the flushing thread orders that write-back (x86: `sfence` orders the
+/// issuing CPU's `clwb`s); a non-temporal store is durable at its own thread's next fence.
+pub struct Replay {
+    durable: Vec<u8>,
+    pending: BTreeMap<u64, Vec<Piece>>,
+    tear: Tear,
+}
+
+impl Replay {
+    pub fn new(base: &[u8], tear: Tear) -> Replay {
+        Replay {
+            durable: base.to_vec(),
+            pending: BTreeMap::new(),
+            tear,
+        }
+    }
+
+    fn bit(thread: usize) -> u64 {
+        assert!(thread < 64, "thread {thread}: at most 64 threads");
+        1 << thread
+    }
+
+    /// A store by `thread`.
+    pub fn store(&mut self, thread: usize, off: u64, data: &[u8], nt: bool) {
+        let flushed = if nt { Self::bit(thread) } else { 0 };
+        let mut at = 0usize;
+        while at < data.len() {
+            let pos = off + at as u64;
+            let line = pos & !(CACHE_LINE - 1);
+            let take = ((line + CACHE_LINE - pos) as usize).min(data.len() - at);
+            self.pending.entry(line).or_default().push(Piece {
+                off: pos,
+                data: data[at..at + take].to_vec(),
+                flushed,
+                nt,
+                owner: thread,
+            });
+            at += take;
+        }
+    }
+
+    /// A write-back of `line` by `thread`: every store in the line so far goes with it.
+    pub fn flush(&mut self, thread: usize, line: u64) {
+        if let Some(ps) = self.pending.get_mut(&line) {
+            ps.iter_mut().for_each(|p| p.flushed |= Self::bit(thread));
+        }
+    }
+
+    /// A fence by `thread`: the pieces it wrote back (in order per line) become durable;
+    /// the others stay in flight.
+    pub fn fence(&mut self, thread: usize) {
+        let bit = Self::bit(thread);
+        for ps in self.pending.values_mut() {
+            // Stores to a line persist in order: only the written-back prefix is guaranteed.
+            let n = ps.iter().take_while(|p| p.flushed & bit != 0).count();
+            for p in ps.drain(..n) {
+                apply(&mut self.durable, &p);
+            }
+        }
+        self.pending.retain(|_, ps| !ps.is_empty());
+    }
+
+    /// The crash point here (before the fence being replayed), tagged `op` and `fence`.
+    pub fn point(&self, op: usize, fence: usize) -> CrashPoint {
+        CrashPoint {
+            op,
+            fence,
+            durable: self.durable.clone(),
+            lines: self
+                .pending
+                .values()
+                .filter(|ps| !ps.is_empty())
+                .cloned()
+                .collect(),
+            tear: self.tear,
+        }
+    }
+
+    /// The lines holding stores of `thread` (of any thread if `None`) not durable yet.
+    pub fn pending_lines_of(&self, thread: Option<usize>) -> Vec<u64> {
+        self.pending
+            .iter()
+            .filter(|(_, ps)| ps.iter().any(|p| thread.is_none_or(|t| p.owner == t)))
+            .map(|(&line, _)| line)
+            .collect()
     }
 }
 
 fn apply(img: &mut [u8], p: &Piece) {
     img[p.off as usize..p.off as usize + p.data.len()].copy_from_slice(&p.data);
-}
-
-/// At a fence, flushed pieces become durable (in order); unflushed ones stay pending.
-fn apply_fence(durable: &mut [u8], pending: &mut BTreeMap<u64, Vec<Piece>>) {
-    for ps in pending.values_mut() {
-        // Stores to a line persist in order: only the flushed prefix is guaranteed.
-        let n = ps.iter().take_while(|p| p.flushed).count();
-        for p in ps.drain(..n) {
-            apply(durable, &p);
-        }
-    }
-    pending.retain(|_, ps| !ps.is_empty());
 }
 
 fn hash(b: &[u8]) -> u64 {
@@ -478,5 +532,34 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_fence_orders_only_its_own_threads_write_backs() {
+        let mut r = Replay::new(&[0u8; 128], Tear::Lines);
+        // Thread 1 stores and writes back line 0; thread 2 stores line 64 and fences.
+        r.store(1, 0, &[1; 8], false);
+        r.flush(1, 0);
+        r.store(2, 64, &[2; 8], false);
+        r.flush(2, 64);
+        r.fence(2);
+        // Line 64 is durable, line 0 still in flight (thread 1 has not fenced).
+        assert_eq!(r.pending_lines_of(None), vec![0]);
+        assert_eq!(r.pending_lines_of(Some(1)), vec![0]);
+        assert!(r.pending_lines_of(Some(2)).is_empty());
+        let imgs = images(&r.point(0, 0));
+        assert_eq!(imgs.len(), 2);
+        assert!(imgs.iter().all(|i| i[64] == 2));
+        // A write-back by thread 2 covers thread 1's store in the same line.
+        r.store(1, 8, &[3; 8], false);
+        r.flush(2, 0);
+        r.fence(2);
+        assert!(r.pending_lines_of(None).is_empty());
+        // A non-temporal store is durable at its own thread's fence only.
+        r.store(1, 96, &[4; 16], true);
+        r.fence(2);
+        assert_eq!(r.pending_lines_of(Some(1)), vec![64]);
+        r.fence(1);
+        assert!(r.pending_lines_of(None).is_empty());
     }
 }

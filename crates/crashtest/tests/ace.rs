@@ -54,6 +54,40 @@ fn every_ace_operation_applies() {
     }
 }
 
+/// Validity is decided on the mapping the workloads run on: every seq-1 operation applies on
+/// each mapping, and the random sequences drawn for a mapping are valid there.
+#[test]
+fn validity_is_decided_per_mapping() {
+    use nvmfs_crashtest::ace::{random_on, seq1, valid_on};
+    for mapping in MappingKind::ALL {
+        let bad: Vec<_> = seq1()
+            .into_iter()
+            .filter(|op| !valid_on(std::slice::from_ref(op), mapping))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{mapping}: seq-1 operations that do not apply: {bad:?}"
+        );
+        for seed in 1..8 {
+            let ops = random_on(seed, 20, mapping);
+            assert!(
+                !ops.is_empty() && valid_on(&ops, mapping),
+                "{mapping} seed {seed}"
+            );
+        }
+        // Workloads of a suite are drawn for their mapping.
+        let list = workloads_for(&Suite::Random { count: 3, seed: 1 }, mapping);
+        for (w, seed) in list.iter().zip(1..) {
+            assert_eq!(w.ops, random_on(seed, 20, mapping));
+        }
+    }
+    // A pair that does not apply is refused: removing a directory twice.
+    let rm = nvmfs_crashtest::ace::Op::Rmdir("/D");
+    for mapping in MappingKind::ALL {
+        assert!(!valid_on(&[rm.clone(), rm.clone()], mapping));
+    }
+}
+
 #[test]
 fn ace_seq1_all() {
     let s = check(Suite::Seq1, None);
@@ -106,6 +140,12 @@ fn ace_seq1_all_cuckoo_table() {
 
 #[test]
 fn ace_seq2_sample_tree_mappings() {
+    for m in [MappingKind::Extent, MappingKind::Radix, MappingKind::Cuckoo] {
+        eprintln!(
+            "{m}: {} valid seq-2 pairs",
+            nvmfs_crashtest::ace::seq2_on(m).len()
+        );
+    }
     check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Extent);
     check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Radix);
     check_on(Suite::Seq2, Some((30, 2026)), MappingKind::Cuckoo);
