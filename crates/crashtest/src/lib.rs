@@ -8,6 +8,7 @@ pub mod concurrent;
 pub mod kill;
 pub mod oracle;
 pub mod recovered;
+pub mod tiered;
 pub mod trace;
 
 use ace::Op;

@@ -614,6 +614,11 @@ impl super::Fs {
             .unwrap_or_default()
     }
 
+    /// A copy of the SSD of a tiered image on an in-memory SSD (crash checking).
+    pub fn tier_ssd_snapshot(&self) -> Option<Vec<u8>> {
+        self.inner.tier.as_ref().and_then(|t| t.ssd.snapshot())
+    }
+
     /// Flushes every dirty block to the SSD and evicts every clean one from PM, so all file
     /// data is cold (tests: the crash checker starts its workloads from cold files).
     pub fn tier_evict_all(&self) -> std::io::Result<()> {
