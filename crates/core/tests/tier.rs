@@ -432,7 +432,10 @@ fn concurrent_writers_on_a_small_pm_tier() {
             let fs = fs.clone();
             s.spawn(move || {
                 let mut rng = Rng(100 + t);
-                let dir = fs.mkdir(ROOT, format!("t{t}").as_bytes(), 0o755, 0, 0).unwrap().ino;
+                let dir = fs
+                    .mkdir(ROOT, format!("t{t}").as_bytes(), 0o755, 0, 0)
+                    .unwrap()
+                    .ino;
                 let mut live: Vec<(String, u64, Vec<u8>)> = Vec::new();
                 for n in 0..1000 {
                     match rng.below(10) {
@@ -453,7 +456,10 @@ fn concurrent_writers_on_a_small_pm_tier() {
                         7..=8 if !live.is_empty() => {
                             let k = rng.below(live.len() as u64) as usize;
                             let (_, ino, data) = &live[k];
-                            assert!(read_all(&fs, *ino, data.len()) == *data, "thread {t} op {n}");
+                            assert!(
+                                read_all(&fs, *ino, data.len()) == *data,
+                                "thread {t} op {n}"
+                            );
                         }
                         9 if !live.is_empty() => {
                             let k = rng.below(live.len() as u64) as usize;
