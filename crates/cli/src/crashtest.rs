@@ -37,7 +37,8 @@ use nvmfs_crashtest::{
         nvmfs crashtest --random 10000 --seed 1\n  nvmfs crashtest --ace seq2 --only 1234\n  \
         nvmfs crashtest --mapping extent --ace seq1\n  nvmfs crashtest --tear words --ace seq1\n  \
         nvmfs crashtest --concurrent 1000 --seed 1\n  \
-        nvmfs crashtest --after-recovery 200 --seed 1\n  nvmfs crashtest --mutations"
+        nvmfs crashtest --after-recovery 200 --seed 1\n  nvmfs crashtest --tier --ace seq1\n  \
+        nvmfs crashtest --mutations"
 )]
 pub struct Args {
     /// ACE workload set: seq1 or seq2
@@ -90,6 +91,11 @@ pub struct Args {
     /// With --tear words: random word-torn images per fence
     #[arg(long, value_name = "N", default_value_t = 32)]
     tear_samples: usize,
+    /// Run the workloads (--ace, --random) on tiered images: an SSD tier under PM (in memory,
+    /// part of every crash state), files starting cold, every write flushing to the SSD. With
+    /// --kill: the child works on an 8 MiB PM image over a 256 MiB SSD file
+    #[arg(long)]
+    tier: bool,
     /// Worker threads
     #[arg(long, value_name = "T", default_value_t = 2)]
     threads: usize,
@@ -141,7 +147,7 @@ pub fn run_cmd(args: &Args) -> u8 {
         };
     }
     if let Some(cycles) = args.kill {
-        return run_kill(cycles, args.seed);
+        return run_kill(cycles, args.seed, args.tier);
     }
     if let Some(count) = args.concurrent {
         return run_concurrent(count, args);
@@ -157,8 +163,21 @@ pub fn run_cmd(args: &Args) -> u8 {
         }
     };
     if args.mutations {
+        if args.tier {
+            eprintln!("nvmfs crashtest: --mutations runs on PM-only images, not with --tier");
+            return 2;
+        }
         return run_mutations(&list, args);
     }
+    let list = if args.tier {
+        if args.mapping != "hashfs" || args.big {
+            eprintln!("nvmfs crashtest: --tier runs on hashfs images and takes no --big");
+            return 2;
+        }
+        nvmfs_crashtest::with_tier(list)
+    } else {
+        list
+    };
     let start = std::time::Instant::now();
     let done = std::sync::atomic::AtomicUsize::new(0);
     let total = list.len();
@@ -195,9 +214,9 @@ pub fn run_cmd(args: &Args) -> u8 {
 /// The mapping and tearing model of `--concurrent` and `--after-recovery`, which take no
 /// workload set of their own.
 fn special(args: &Args, flag: &str) -> Result<(MappingKind, Tear), String> {
-    if args.ace.is_some() || args.random.is_some() || args.big || args.mutations {
+    if args.ace.is_some() || args.random.is_some() || args.big || args.mutations || args.tier {
         return Err(format!(
-            "{flag} takes no --ace, --random, --big or --mutations"
+            "{flag} takes no --ace, --random, --big, --mutations or --tier"
         ));
     }
     if args.concurrent.is_some() && args.after_recovery.is_some() {
@@ -331,7 +350,7 @@ fn run_mutations(list: &[Workload], args: &Args) -> u8 {
     u8::from(missed > 0)
 }
 
-fn run_kill(cycles: u64, seed: u64) -> u8 {
+fn run_kill(cycles: u64, seed: u64, tier: bool) -> u8 {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
@@ -345,20 +364,39 @@ fn run_kill(cycles: u64, seed: u64) -> u8 {
         std::env::temp_dir()
     };
     let image = dir.join(format!("nvmfs-kill-{}.img", std::process::id()));
+    let ssd = dir.join(format!("nvmfs-kill-{}.ssd", std::process::id()));
     let mut failures = 0;
     let mut acked_total = 0;
+    let mut cycles_on_ssd = 0;
     for s in seed..seed + cycles {
         let mut child = std::process::Command::new(&exe);
         child.args(["crashtest", "--kill-child"]);
-        match nvmfs_crashtest::kill::cycle(&mut child, &image, s) {
-            Ok(acked) => acked_total += acked,
+        let r = if tier {
+            nvmfs_crashtest::kill::cycle_tiered(&mut child, &image, &ssd, s)
+        } else {
+            nvmfs_crashtest::kill::cycle(&mut child, &image, s).map(|a| (a, 0))
+        };
+        match r {
+            Ok((acked, on_ssd)) => {
+                acked_total += acked;
+                cycles_on_ssd += u64::from(on_ssd > 0);
+            }
             Err(e) => {
                 failures += 1;
-                println!("VIOLATION [nvmfs crashtest --kill 1 --seed {s}] {e}");
+                let t = if tier { "--tier " } else { "" };
+                println!("VIOLATION [nvmfs crashtest {t}--kill 1 --seed {s}] {e}");
             }
         }
     }
     let _ = std::fs::remove_file(&image);
-    println!("{cycles} kill cycles, {acked_total} acknowledged operations checked, {failures} violations");
+    let _ = std::fs::remove_file(&ssd);
+    let tiered = if tier {
+        format!(" (tiered: {cycles_on_ssd} with file data on the SSD after recovery)")
+    } else {
+        String::new()
+    };
+    println!(
+        "{cycles} kill cycles{tiered}, {acked_total} acknowledged operations checked, {failures} violations"
+    );
     u8::from(failures > 0)
 }

@@ -973,3 +973,105 @@ fn trace_import_converts_blkparse_output() {
         text(&out.stderr)
     );
 }
+
+/// The kill test on a tiered image: children killed mid-workload while their files spill to
+/// the SSD tier, every acknowledged operation there after recovery, fsck clean.
+#[test]
+fn crashtest_kill_on_a_tiered_image() {
+    let out = nvmfs(&["crashtest", "--tier", "--kill", "4", "--seed", "7"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("4 kill cycles (tiered:") && text.contains(", 0 violations"),
+        "{text}"
+    );
+}
+
+/// --tier refuses what it cannot run.
+#[test]
+fn crashtest_tier_refusals() {
+    for args in [
+        &["crashtest", "--tier", "--mutations"][..],
+        &["crashtest", "--tier", "--concurrent", "1"][..],
+        &[
+            "crashtest",
+            "--tier",
+            "--mapping",
+            "extent",
+            "--ace",
+            "seq1",
+        ][..],
+    ] {
+        let out = nvmfs(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
+
+/// mkfs --ssd makes a tiered image: info shows the tier, fsck is clean; bad tier options are
+/// refused with a message.
+#[test]
+fn mkfs_ssd_makes_a_tiered_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("t.img");
+    let ssd = dir.path().join("t.ssd");
+    let (img, s) = (image.to_str().unwrap(), ssd.to_str().unwrap());
+    let out = nvmfs(&[
+        "mkfs",
+        "--size",
+        "16M",
+        "--ssd",
+        s,
+        "--ssd-size",
+        "64M",
+        img,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "mkfs: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("SSD tier:     "),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = nvmfs(&["info", img, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "info: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tier"]["extents"], 127);
+    assert_eq!(v["tier"]["ssd"], s);
+    assert_eq!(nvmfs(&["fsck", img]).status.code(), Some(0));
+    let out = nvmfs(&[
+        "mkfs",
+        "-f",
+        "--size",
+        "16M",
+        "--mapping",
+        "radix",
+        "--ssd",
+        s,
+        img,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("needs the hashfs mapping"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = nvmfs(&[
+        "mkfs",
+        "-f",
+        "--size",
+        "16M",
+        "--ssd",
+        s,
+        "--ssd-size",
+        "512K",
+        img,
+    ]);
+    assert!(
+        text(&out.stderr).contains("too small"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -546,6 +546,8 @@ pub fn check(w: &Workload) -> Outcome {
                 points.push((replay.point(points.len(), i), status.clone()));
                 replay.fence(*t);
             }
+            // Concurrent workloads run on PM-only images.
+            Event::SsdWrite { .. } => {}
             Event::OpBegin(_) => status[*t] = Status::InFlight,
             Event::OpEnd => {
                 for line in replay.pending_lines_of(Some(*t)) {

@@ -174,17 +174,49 @@ fn log_op(i: usize) -> u64 {
 /// the image path given as its last argument), killed after a delay drawn from `seed`.
 /// Returns the number of acknowledged operations.
 pub fn cycle(child: &mut Command, image: &Path, seed: u64) -> Result<u64, String> {
-    Fs::format(
-        image,
-        &FormatOptions {
-            // Sparse in /dev/shm: only what the child writes takes memory. Large enough that
-            // the longest delay (62 ms) does not fill it at ~150 operations/ms.
+    cycle_on(child, image, None, seed).map(|(acked, _)| acked)
+}
+
+/// [`cycle`] on a tiered image whose SSD is the file `ssd`: 8 MiB of PM under 256 MiB of SSD,
+/// so the child's files soon outgrow PM and its writes flush, evict and clean while it runs.
+/// Returns the acknowledged operations and the SSD blocks holding data after recovery.
+pub fn cycle_tiered(
+    child: &mut Command,
+    image: &Path,
+    ssd: &Path,
+    seed: u64,
+) -> Result<(u64, u64), String> {
+    cycle_on(child, image, Some(ssd), seed)
+}
+
+fn cycle_on(
+    child: &mut Command,
+    image: &Path,
+    ssd: Option<&Path>,
+    seed: u64,
+) -> Result<(u64, u64), String> {
+    let opts = match ssd {
+        // Sparse in /dev/shm: only what the child writes takes memory. Large enough that the
+        // longest delay (62 ms) does not fill it at ~150 operations/ms.
+        None => FormatOptions {
             size_bytes: 256 << 20,
             inode_count: Some(65_536),
             ..Default::default()
         },
-    )
-    .map_err(|e| e.to_string())?;
+        Some(p) => {
+            let _ = std::fs::remove_file(p);
+            FormatOptions {
+                size_bytes: 8 << 20,
+                inode_count: Some(16_384),
+                tier: Some(nvmfs::TierFormat::new(
+                    Some(p.to_path_buf()),
+                    Some(256 << 20),
+                )),
+                ..Default::default()
+            }
+        }
+    };
+    Fs::format(image, &opts).map_err(|e| e.to_string())?;
     let mut proc = child
         .arg(image)
         .stdout(Stdio::piped())
@@ -231,12 +263,13 @@ pub fn cycle(child: &mut Command, image: &Path, seed: u64) -> Result<u64, String
     let fs =
         Fs::mount(image, &MountOptions::default()).map_err(|e| format!("mount after kill: {e}"))?;
     verify(&fs, acked)?;
+    let on_ssd = fs.tier_info().map_or(0, |t| t.ssd_valid_blocks);
     fs.unmount().map_err(|e| e.to_string())?;
     let r = nvmfs::fsck::check_image(image).map_err(|e| e.to_string())?;
     if !r.is_clean() {
         return Err(format!("fsck after recovery: {:?}", r.problems));
     }
-    Ok(acked)
+    Ok((acked, on_ssd))
 }
 
 #[cfg(test)]

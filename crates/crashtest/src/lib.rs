@@ -8,6 +8,7 @@ pub mod concurrent;
 pub mod kill;
 pub mod oracle;
 pub mod recovered;
+pub mod tiered;
 pub mod trace;
 
 use ace::Op;
@@ -40,6 +41,8 @@ pub struct Workload {
     pub image_bytes: u64,
     /// How finely the tracer tears in-flight stores.
     pub tear: trace::Tear,
+    /// On a tiered image (an SSD tier under PM, files starting cold; `tiered`).
+    pub tier: bool,
 }
 
 /// The workloads of `suite` on HashFS images.
@@ -70,6 +73,19 @@ pub fn with_tear(mut list: Vec<Workload>, tear: trace::Tear) -> Vec<Workload> {
     list
 }
 
+/// Runs every workload of `list` on a tiered image instead (HashFS only; workloads with a
+/// direct map, which tiered images refuse, are left out).
+pub fn with_tier(list: Vec<Workload>) -> Vec<Workload> {
+    list.into_iter()
+        .filter(|w| !w.ops.iter().any(|op| matches!(op, Op::DirectStore(..))))
+        .map(|mut w| {
+            w.tier = true;
+            w.id = format!("--tier {}", w.id);
+            w
+        })
+        .collect()
+}
+
 /// The workloads of `suite`, the operations' validity (seq-2 pairs, random draws) decided on
 /// `mapping` images.
 fn suite_workloads(suite: &Suite, mapping: MappingKind) -> Vec<Workload> {
@@ -84,6 +100,7 @@ fn suite_workloads(suite: &Suite, mapping: MappingKind) -> Vec<Workload> {
                 mapping: MappingKind::HashFs,
                 image_bytes: oracle::IMAGE_BYTES,
                 tear: trace::Tear::Lines,
+                tier: false,
             })
             .collect(),
         Suite::Seq2 => ace::seq2_on(mapping)
@@ -96,6 +113,7 @@ fn suite_workloads(suite: &Suite, mapping: MappingKind) -> Vec<Workload> {
                 mapping: MappingKind::HashFs,
                 image_bytes: oracle::IMAGE_BYTES,
                 tear: trace::Tear::Lines,
+                tier: false,
             })
             .collect(),
         Suite::Random { count, seed } => (*seed..seed + count)
@@ -106,6 +124,7 @@ fn suite_workloads(suite: &Suite, mapping: MappingKind) -> Vec<Workload> {
                 mapping: MappingKind::HashFs,
                 image_bytes: oracle::IMAGE_BYTES,
                 tear: trace::Tear::Lines,
+                tier: false,
             })
             .collect(),
         Suite::Big => ace::big()
@@ -118,6 +137,7 @@ fn suite_workloads(suite: &Suite, mapping: MappingKind) -> Vec<Workload> {
                 mapping: MappingKind::HashFs,
                 image_bytes,
                 tear: trace::Tear::Lines,
+                tier: false,
             })
             .collect(),
     }
@@ -134,6 +154,7 @@ pub fn tree_growth(mapping: MappingKind, extents: usize) -> Workload {
         mapping,
         image_bytes: 4 << 20,
         tear: trace::Tear::Lines,
+        tier: false,
     }
 }
 
@@ -147,6 +168,7 @@ pub fn cuckoo_fill(entries: usize) -> Workload {
         mapping: MappingKind::Cuckoo,
         image_bytes: 1 << 20,
         tear: trace::Tear::Lines,
+        tier: false,
     }
 }
 
@@ -190,8 +212,11 @@ pub fn run(
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(w) = list.get(i) else { break };
-                let o =
-                    oracle::check_workload_tear(&w.ops, w.depth, w.mapping, w.image_bytes, w.tear);
+                let o = if w.tier {
+                    tiered::check(&w.ops, w.depth, w.tear)
+                } else {
+                    oracle::check_workload_tear(&w.ops, w.depth, w.mapping, w.image_bytes, w.tear)
+                };
                 progress(i, &o);
                 let mut t = total.lock().unwrap();
                 t.fences += o.fences;

@@ -83,7 +83,13 @@ fn hash(b: &[u8]) -> u64 {
 /// The whole tree of `fs` (errors become a tree with an "!error" entry, never a panic).
 pub fn tree(fs: &Fs) -> Tree {
     let mut t = Tree::new();
-    if let Err(e) = walk(fs, "", &mut t) {
+    let walked = walk(fs, "", &mut t);
+    if fs.tier_info().is_some() {
+        // On a tiered image st_blocks counts PM-resident blocks (GUARANTEES.md §8c): a cache
+        // state that reads and evictions change, not part of what a crash must preserve.
+        t.values_mut().for_each(|e| e.blocks = 0);
+    }
+    if let Err(e) = walked {
         t.insert(
             format!("!error: {e}"),
             Entry {
@@ -293,19 +299,49 @@ pub fn check_workload_tear(
             }
         }
     };
-    let base = fs.snapshot();
-    // For each operation: the state before it, after each of its steps (an operation made
-    // of several file-system calls, see `Op::run_marked`), and after it.
+    let (base, states, setup_violations) = record_ops(&fs, &rec, ops, &|_| Ok(()));
+    let events = rec.stop();
+    let (points, lost) = crash_points_with(&base, &events, tear);
+    let plain = |pm: Pm| Fs::mount_pm(pm, &MountOptions::default(), None, None);
+    check_points(
+        ops,
+        depth,
+        &states,
+        setup_violations,
+        &points,
+        lost,
+        &|_| &plain,
+    )
+}
+
+/// How a crash image is mounted: a plain image, or a tiered one on its SSD as of the crash.
+pub type Mounter<'a> = &'a dyn Fn(Pm) -> std::io::Result<Fs>;
+
+/// Runs `ops` on `fs` with `rec` recording: the image the recording starts from; for each
+/// operation the state before it, after each of its steps (an operation made of several
+/// file-system calls, see `Op::run_marked`), and after it; and the operations that failed or
+/// did nothing. `prepare` runs after the first state is read and before the image is taken
+/// (a tiered image evicts what that read cached in PM).
+pub(crate) fn record_ops(
+    fs: &Fs,
+    rec: &Recorder,
+    ops: &[Op],
+    prepare: &dyn Fn(&Fs) -> std::io::Result<()>,
+) -> (Vec<u8>, Vec<Vec<Tree>>, Vec<String>) {
     let mut states: Vec<Vec<Tree>> = Vec::new();
-    let mut cur = tree(&fs);
+    let mut cur = tree(fs);
     let mut setup_violations = Vec::new();
+    if let Err(e) = prepare(fs) {
+        setup_violations.push(format!("preparing the image failed: {e}"));
+    }
+    let base = fs.snapshot();
     rec.start();
     for (k, op) in ops.iter().enumerate() {
         let mut steps = vec![cur];
         rec.op_begin("op");
-        let r = op.run_marked(&fs, &mut || steps.push(tree(&fs)));
+        let r = op.run_marked(fs, &mut || steps.push(tree(fs)));
         rec.op_end();
-        cur = tree(&fs);
+        cur = tree(fs);
         // Every operation of a workload must do something: a failed or no-op operation
         // would leave its crash images trivially equal to the state before.
         match r {
@@ -326,8 +362,20 @@ pub fn check_workload_tear(
         steps.push(cur.clone());
         states.push(steps);
     }
-    let events = rec.stop();
-    let (points, lost) = crash_points_with(&base, &events, tear);
+    (base, states, setup_violations)
+}
+
+/// Checks every image of every crash point (`check_image`), mounting the images of point
+/// `p` with `mount_for(p)`.
+pub(crate) fn check_points<'m>(
+    ops: &[Op],
+    depth: RecoveryDepth,
+    states: &[Vec<Tree>],
+    setup_violations: Vec<String>,
+    points: &[crate::trace::CrashPoint],
+    lost: Vec<String>,
+    mount_for: &dyn Fn(&crate::trace::CrashPoint) -> Mounter<'m>,
+) -> Outcome {
     let mut out = Outcome {
         fences: points.len(),
         violations: setup_violations,
@@ -336,16 +384,18 @@ pub fn check_workload_tear(
     out.violations.extend(lost);
     let mut seen = std::collections::HashSet::new();
     let mut recovery_checked = vec![false; ops.len()];
-    for p in &points {
+    for p in points {
         let steps = &states[p.op];
         let looses: Vec<Loose> = (0..steps.len() - 1)
             .map(|s| ops[p.op].loose(s, steps))
             .collect();
         let mut i = 0;
+        let mount = mount_for(p);
         p.for_each_image(&mut seen, |img| {
             out.images += 1;
             let deep = depth == RecoveryDepth::Every || !recovery_checked[p.op];
-            if let Some(v) = check_image(img, steps, &looses, deep, &mut recovery_checked[p.op]) {
+            let checked = &mut recovery_checked[p.op];
+            if let Some(v) = check_image_on(img, steps, &looses, deep, checked, mount) {
                 out.violations.push(format!(
                     "operation {} ({:?}), fence {}, image {i}: {v}",
                     p.op, ops[p.op], p.fence
@@ -369,6 +419,19 @@ pub fn check_image(
     deep: bool,
     recovery_checked: &mut bool,
 ) -> Option<String> {
+    let plain = |pm: Pm| Fs::mount_pm(pm, &MountOptions::default(), None, None);
+    check_image_on(img, steps, looses, deep, recovery_checked, &plain)
+}
+
+/// [`check_image`], mounting with `mount`.
+pub fn check_image_on(
+    img: &[u8],
+    steps: &[Tree],
+    looses: &[Loose],
+    deep: bool,
+    recovery_checked: &mut bool,
+    mount: Mounter<'_>,
+) -> Option<String> {
     let r = check_pm(&Pm::from_bytes(img));
     if !r.is_clean() {
         return Some(format!("fsck before mount: {:?}", r.problems));
@@ -379,7 +442,7 @@ pub fn check_image(
     pm.set_trace(Some(rec.clone()));
     rec.start();
     rec.op_begin("recovery");
-    let mounted = Fs::mount_pm(pm, &MountOptions::default(), None, None);
+    let mounted = mount(pm);
     rec.op_end();
     let recovery_events = rec.stop();
     let fs = match mounted {
@@ -418,7 +481,7 @@ pub fn check_image(
     }
     if deep && repaired(fs.recovery_report()) {
         *recovery_checked = true;
-        return check_recovery_crashes(img, &recovery_events, &t);
+        return check_recovery_crashes_on(img, &recovery_events, &t, mount);
     }
     None
 }
@@ -427,6 +490,7 @@ pub(crate) fn repaired(r: &nvmfs::RecoveryReport) -> bool {
     r.lanes_rolled_back + r.torn_lanes_cleared > 0
         || r.reserved_slots_cleared + r.stray_blocks_freed + r.block_counts_fixed + r.orphans_freed
             > 0
+        || r.tier_stale_entries + r.tier_duplicate_entries > 0
 }
 
 /// A power loss during recovery: every image it can leave must recover to `want`.
@@ -434,6 +498,17 @@ pub(crate) fn check_recovery_crashes(
     img: &[u8],
     events: &[crate::trace::Event],
     want: &Tree,
+) -> Option<String> {
+    let plain = |pm: Pm| Fs::mount_pm(pm, &MountOptions::default(), None, None);
+    check_recovery_crashes_on(img, events, want, &plain)
+}
+
+/// [`check_recovery_crashes`], mounting with `mount`.
+pub(crate) fn check_recovery_crashes_on(
+    img: &[u8],
+    events: &[crate::trace::Event],
+    want: &Tree,
+    mount: Mounter<'_>,
 ) -> Option<String> {
     let (points, lost) = crash_points(img, events);
     if let Some(l) = lost.first() {
@@ -446,7 +521,7 @@ pub(crate) fn check_recovery_crashes(
             if err.is_some() {
                 return;
             }
-            err = match Fs::mount_pm(Pm::from_bytes(again), &MountOptions::default(), None, None) {
+            err = match mount(Pm::from_bytes(again)) {
                 Err(e) => Some(format!(
                     "crash during recovery (fence {}): mount failed: {e}",
                     p.fence

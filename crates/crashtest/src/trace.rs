@@ -27,11 +27,22 @@ use nvmfs::media::CACHE_LINE;
 
 #[derive(Clone, Debug)]
 pub enum Event {
-    Store { off: u64, data: Vec<u8>, nt: bool },
-    Flush { line: u64 },
+    Store {
+        off: u64,
+        data: Vec<u8>,
+        nt: bool,
+    },
+    Flush {
+        line: u64,
+    },
     Fence,
     OpBegin(&'static str),
     OpEnd,
+    /// A write to the SSD of a tiered image: durable when it returns (`pwrite` + `fdatasync`).
+    SsdWrite {
+        off: u64,
+        data: Vec<u8>,
+    },
 }
 
 /// Records events while `on`.
@@ -70,6 +81,15 @@ impl Recorder {
 
     pub fn op_end(&self) {
         self.push(Event::OpEnd);
+    }
+}
+
+impl nvmfs::tier::ssd::SsdTrace for Recorder {
+    fn ssd_write(&self, off: u64, data: &[u8]) {
+        self.push(Event::SsdWrite {
+            off,
+            data: data.to_vec(),
+        });
     }
 }
 
@@ -300,6 +320,8 @@ pub fn crash_points_with(
                 }
                 r.fence(0);
             }
+            // The SSD's own image is kept by the tiered check (`tiered.rs`).
+            Event::SsdWrite { .. } => {}
             Event::OpBegin(_) => in_op = true,
             Event::OpEnd => {
                 for line in r.pending_lines_of(None) {

@@ -371,6 +371,40 @@ impl Fs {
         Self::mount_pm(pm, &MountOptions::default(), None, None)
     }
 
+    /// Formats the zeroed region `pm` (which may carry a persistence tracer) as a tiered
+    /// image on `ssd` (in memory, maybe traced) with `tier`'s thresholds, and mounts it.
+    pub fn format_pm_tiered(
+        pm: Pm,
+        tier: &TierFormat,
+        ssd: crate::tier::ssd::Ssd,
+    ) -> io::Result<Fs> {
+        use crate::layout::tier::{EXTENT_BYTES, MAX_EXTENTS};
+        let opts = FormatOptions {
+            size_bytes: pm.len(),
+            tier: Some(tier.clone()),
+            ..Default::default()
+        };
+        let extents = (ssd.len / EXTENT_BYTES).saturating_sub(1).min(MAX_EXTENTS);
+        if extents == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the SSD needs at least 1 MiB",
+            ));
+        }
+        let geo = plan(pm.len() / BLOCK_SIZE, &opts, extents)?;
+        write_fresh(&pm, &geo, &opts, Some((&ssd, extents)))?;
+        Self::mount_pm_with_ssd(pm, &MountOptions::default(), ssd)
+    }
+
+    /// Mounts the tiered image in `pm` on `ssd` (tests, crash images).
+    pub fn mount_pm_with_ssd(
+        pm: Pm,
+        opts: &MountOptions,
+        ssd: crate::tier::ssd::Ssd,
+    ) -> io::Result<Fs> {
+        Self::mount_with_ssd(pm, opts, None, None, None, Some(ssd))
+    }
+
     /// Mounts an image already in `pm` (tests, crash images).
     pub fn mount_pm(
         pm: Pm,

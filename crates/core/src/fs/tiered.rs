@@ -614,6 +614,29 @@ impl super::Fs {
             .unwrap_or_default()
     }
 
+    /// A copy of the SSD of a tiered image on an in-memory SSD (crash checking).
+    pub fn tier_ssd_snapshot(&self) -> Option<Vec<u8>> {
+        self.inner.tier.as_ref().and_then(|t| t.ssd.snapshot())
+    }
+
+    /// Flushes every dirty block to the SSD and evicts every clean one from PM, so all file
+    /// data is cold (tests: the crash checker starts its workloads from cold files).
+    pub fn tier_evict_all(&self) -> std::io::Result<()> {
+        self.tier_flush_all()?;
+        let i = &self.inner;
+        let Some(t) = &i.tier else {
+            return Ok(());
+        };
+        let mut st = t.st.lock();
+        while st.lru.len(List::Clean) > 0 {
+            let before = st.lru.len(List::Clean);
+            if i.evict(&mut st, u64::MAX, None) == 0 && st.lru.len(List::Clean) == before {
+                return Err(errno(libc::EBUSY));
+            }
+        }
+        Ok(())
+    }
+
     /// Flushes every dirty block to the SSD (tests, and the study's "everything on the SSD"
     /// setups). Fails with ENOSPC when the SSD cannot take them.
     pub fn tier_flush_all(&self) -> std::io::Result<()> {

@@ -24,6 +24,8 @@ pub const RESERVED: u64 = 2;
 const UNDO: u64 = TOMBSTONE;
 /// Logical blocks that share a home group (see `home`).
 const RUN: u64 = 16;
+/// Passes over the table a reserved claim makes before it gives up (see `claim`).
+const CLAIM_PASSES: usize = 64;
 
 #[inline]
 pub fn key(ino: u32, lblk: u32) -> u64 {
@@ -200,19 +202,25 @@ impl FileMap for HashFs {
     }
 
     fn claim(&self, pm: &Pm, _journal: &Journal, ino: u32, lblk: u32) -> io::Result<Claim> {
-        let mut slot = self.home(key(ino, lblk));
-        for _ in 0..self.slots {
-            let off = self.slot_off(slot);
-            let v = pm.load_u64(off);
-            if (v == FREE || v == TOMBSTONE) && pm.cas_u64(off, v, RESERVED).is_ok() {
-                return Ok(Claim {
-                    pblk: slot,
-                    prior: v,
-                });
+        // A reservation guarantees a free slot at every moment, not one ahead of this scan: in
+        // a nearly full table (a tiered image keeps PM full) the free slots ahead may be
+        // taken by other reserved claims while slots behind the scan are freed. So a pass
+        // that finds none starts again.
+        for _ in 0..CLAIM_PASSES {
+            let mut slot = self.home(key(ino, lblk));
+            for _ in 0..self.slots {
+                let off = self.slot_off(slot);
+                let v = pm.load_u64(off);
+                if (v == FREE || v == TOMBSTONE) && pm.cas_u64(off, v, RESERVED).is_ok() {
+                    return Ok(Claim {
+                        pblk: slot,
+                        prior: v,
+                    });
+                }
+                slot = self.next(slot);
             }
-            slot = self.next(slot);
         }
-        // A reservation guarantees a free slot; reaching here means the count is wrong.
+        // Every pass found the table full: the count is wrong.
         Err(io::Error::other("hash table full despite a reservation"))
     }
 
@@ -398,5 +406,64 @@ mod tests {
                 "lblk {lblk}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod race_tests {
+    use super::*;
+    use crate::layout::BLOCK_SIZE;
+
+    /// A nearly full table whose slots are freed and claimed by several threads at once (a
+    /// tiered image keeps PM full and evicts while others write): every claim that holds a
+    /// reservation finds a slot, even when the only free ones were freed behind its scan.
+    #[test]
+    fn reserved_claims_succeed_in_a_churning_full_table() {
+        // Long scans (a big table with 4 free slots) make the window wide.
+        let geo = Geometry::compute(20_000, Some(64)).unwrap();
+        let pm = Pm::in_memory(20_000 * BLOCK_SIZE);
+        let h = HashFs::new(&geo, 0);
+        let j = Journal::new(&geo);
+        let n = geo.data_blocks;
+        // All but 4 slots hold keys of inode 1.
+        for lblk in 0..(n - 4) as u32 {
+            h.reserve(1).unwrap();
+            let c = h.claim(&pm, &j, 1, lblk).unwrap();
+            h.publish(&pm, &j, c, 1, lblk);
+        }
+        std::thread::scope(|s| {
+            for t in 0..4u32 {
+                let (h, pm, j) = (&h, &pm, &j);
+                s.spawn(move || {
+                    // Each thread frees an older block of the filler (inode 1) after each claim
+                    // and gives its own claims back later, so free slots wander over the table.
+                    let mut mine = std::collections::VecDeque::new();
+                    for round in 0..1_000u32 {
+                        while h.reserve(1).is_err() {
+                            std::hint::spin_loop();
+                        }
+                        let (ino, lblk) = (ino_of(t), round);
+                        let c = h.claim(pm, j, ino, lblk).expect("a reserved claim");
+                        h.publish(pm, j, c, ino, lblk);
+                        mine.push_back(lblk);
+                        if mine.len() > 2 {
+                            let old = mine.pop_front().unwrap() as u64;
+                            assert_eq!(h.unmap_range(pm, j, ino, old, old + 1).unwrap(), 1);
+                            h.freed(1);
+                        }
+                    }
+                    for old in mine {
+                        let old = old as u64;
+                        assert_eq!(h.unmap_range(pm, j, ino_of(t), old, old + 1).unwrap(), 1);
+                        h.freed(1);
+                    }
+                });
+            }
+        });
+        assert_eq!(h.used_blocks(), n - 4);
+    }
+
+    fn ino_of(t: u32) -> u32 {
+        2 + t
     }
 }

@@ -65,9 +65,17 @@ enum Backend {
     Memory(Mutex<Vec<u8>>),
 }
 
+/// Sees every write an in-memory SSD takes, in order with the PM events of the same run (the
+/// crash checker: a crash image is a PM image plus the SSD as written up to that point).
+pub trait SsdTrace: Send + Sync {
+    /// `data` was written at `off` and is durable.
+    fn ssd_write(&self, off: u64, data: &[u8]);
+}
+
 /// The SSD of a tiered image.
 pub struct Ssd {
     backend: Backend,
+    trace: Option<std::sync::Arc<dyn SsdTrace>>,
     /// The path it was opened at (None in memory).
     pub path: Option<PathBuf>,
     /// Bytes of the device or file.
@@ -111,6 +119,7 @@ impl Ssd {
         };
         Ok(Ssd {
             backend: Backend::File { file, direct },
+            trace: None,
             path: Some(path.to_path_buf()),
             len,
         })
@@ -118,10 +127,29 @@ impl Ssd {
 
     /// An SSD in memory of `len` bytes (in-memory images).
     pub fn memory(len: u64) -> Ssd {
+        Self::memory_from(vec![0; len as usize])
+    }
+
+    /// An SSD in memory holding `bytes` (crash images).
+    pub fn memory_from(bytes: Vec<u8>) -> Ssd {
         Ssd {
-            backend: Backend::Memory(Mutex::new(vec![0; len as usize])),
+            len: bytes.len() as u64,
+            backend: Backend::Memory(Mutex::new(bytes)),
+            trace: None,
             path: None,
-            len,
+        }
+    }
+
+    /// Reports every later write to `trace` (in-memory SSDs; the crash checker).
+    pub fn set_trace(&mut self, trace: Option<std::sync::Arc<dyn SsdTrace>>) {
+        self.trace = trace;
+    }
+
+    /// A copy of an in-memory SSD's bytes (None for a device or file).
+    pub fn snapshot(&self) -> Option<Vec<u8>> {
+        match &self.backend {
+            Backend::Memory(m) => Some(m.lock().clone()),
+            Backend::File { .. } => None,
         }
     }
 
@@ -153,6 +181,9 @@ impl Ssd {
             }
             Backend::Memory(m) => {
                 m.lock()[off as usize..off as usize + len].copy_from_slice(&buf[..len]);
+                if let Some(t) = &self.trace {
+                    t.ssd_write(off, &buf[..len]);
+                }
                 Ok(())
             }
         }
