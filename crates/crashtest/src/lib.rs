@@ -184,6 +184,7 @@ pub fn level_fill(entries: usize) -> Workload {
         mapping: MappingKind::Level,
         image_bytes: 1 << 20,
         tear: trace::Tear::Lines,
+        tier: false,
     }
 }
 
