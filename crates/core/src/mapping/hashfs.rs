@@ -416,54 +416,48 @@ mod race_tests {
 
     /// A nearly full table whose slots are freed and claimed by several threads at once (a
     /// tiered image keeps PM full and evicts while others write): every claim that holds a
-    /// reservation finds a slot, even when the only free ones were freed behind its scan.
+    /// reservation finds a slot, even when the free ones wander over the table as others free
+    /// and take them.
     #[test]
     fn reserved_claims_succeed_in_a_churning_full_table() {
-        // Long scans (a big table with 4 free slots) make the window wide.
+        const THREADS: u32 = 4;
+        // Each thread holds at most 2 blocks at once, so 16 free slots never run out for good.
+        const FREE: u64 = 16;
+        // Long scans (a big table, few free slots) make the window wide.
         let geo = Geometry::compute(20_000, Some(64)).unwrap();
         let pm = Pm::in_memory(20_000 * BLOCK_SIZE);
         let h = HashFs::new(&geo, 0);
         let j = Journal::new(&geo);
         let n = geo.data_blocks;
-        // All but 4 slots hold keys of inode 1.
-        for lblk in 0..(n - 4) as u32 {
+        for lblk in 0..(n - FREE) as u32 {
             h.reserve(1).unwrap();
             let c = h.claim(&pm, &j, 1, lblk).unwrap();
             h.publish(&pm, &j, c, 1, lblk);
         }
         std::thread::scope(|s| {
-            for t in 0..4u32 {
+            for t in 0..THREADS {
                 let (h, pm, j) = (&h, &pm, &j);
                 s.spawn(move || {
-                    // Each thread frees an older block of the filler (inode 1) after each claim
-                    // and gives its own claims back later, so free slots wander over the table.
-                    let mut mine = std::collections::VecDeque::new();
-                    for round in 0..1_000u32 {
+                    let ino = 2 + t;
+                    let mut held = None;
+                    for lblk in 0..1_000u32 {
                         while h.reserve(1).is_err() {
-                            std::hint::spin_loop();
+                            std::thread::yield_now();
                         }
-                        let (ino, lblk) = (ino_of(t), round);
                         let c = h.claim(pm, j, ino, lblk).expect("a reserved claim");
                         h.publish(pm, j, c, ino, lblk);
-                        mine.push_back(lblk);
-                        if mine.len() > 2 {
-                            let old = mine.pop_front().unwrap() as u64;
+                        // Free the previous block only now: free slots wander over the table.
+                        if let Some(old) = held.replace(lblk as u64) {
                             assert_eq!(h.unmap_range(pm, j, ino, old, old + 1).unwrap(), 1);
                             h.freed(1);
                         }
                     }
-                    for old in mine {
-                        let old = old as u64;
-                        assert_eq!(h.unmap_range(pm, j, ino_of(t), old, old + 1).unwrap(), 1);
-                        h.freed(1);
-                    }
+                    let old = held.unwrap();
+                    assert_eq!(h.unmap_range(pm, j, ino, old, old + 1).unwrap(), 1);
+                    h.freed(1);
                 });
             }
         });
-        assert_eq!(h.used_blocks(), n - 4);
-    }
-
-    fn ino_of(t: u32) -> u32 {
-        2 + t
+        assert_eq!(h.used_blocks(), n - FREE);
     }
 }
