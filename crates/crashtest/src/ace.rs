@@ -498,7 +498,8 @@ pub fn seq2() -> Vec<Vec<Op>> {
 /// [`seq2`] with validity decided on an image formatted with `mapping`; computed once per
 /// process and mapping.
 pub fn seq2_on(mapping: MappingKind) -> Vec<Vec<Op>> {
-    static PAIRS: [OnceLock<Vec<Vec<Op>>>; 4] = [const { OnceLock::new() }; 4];
+    static PAIRS: [OnceLock<Vec<Vec<Op>>>; MappingKind::ALL.len()] =
+        [const { OnceLock::new() }; MappingKind::ALL.len()];
     let slot = MappingKind::ALL
         .iter()
         .position(|&m| m == mapping)

@@ -264,7 +264,8 @@ pub fn changed(before: &Tree, after: &Tree) -> BTreeSet<String> {
 /// Each pool operation's changed names, run alone on the populated image formatted with
 /// `mapping` (empty if it fails there); computed once per process and mapping.
 fn footprints(mapping: MappingKind) -> &'static Vec<BTreeSet<String>> {
-    static F: [OnceLock<Vec<BTreeSet<String>>>; 4] = [const { OnceLock::new() }; 4];
+    static F: [OnceLock<Vec<BTreeSet<String>>>; MappingKind::ALL.len()] =
+        [const { OnceLock::new() }; MappingKind::ALL.len()];
     let slot = MappingKind::ALL
         .iter()
         .position(|&m| m == mapping)
