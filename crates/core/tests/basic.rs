@@ -5,7 +5,7 @@ mod common;
 use std::io::{Read, Seek, SeekFrom, Write};
 
 use common::*;
-use nvmfs::{FileType, OpenOptions};
+use nvmfs::{FileType, OpenOptions, SetTime};
 
 fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.unwrap_err().raw_os_error().expect("errno")
@@ -224,5 +224,57 @@ fn enospc_loses_nothing() {
     // Space comes back.
     fs.remove_file("/f0").unwrap();
     fs.write_file("/again", &[1; 4096]).unwrap();
+    assert_fsck_clean(&fs);
+}
+
+/// The start of the current tick of the kernel's coarse real-time clock.
+fn tick_start_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the struct we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// Overwrites stamp mtime and ctime once per clock tick (docs/GUARANTEES.md §9, "Time stamp
+/// granularity"): a burst of overwrites shares a few stamps, every stamp is at least the tick
+/// the write ran in, and a time set into the future is replaced by the next write.
+#[test]
+fn overwrite_times_are_exact_to_one_tick() {
+    let fs = mem_fs(64, 256);
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .open(&fs, "/f")
+        .unwrap();
+    f.write_all(&[1u8; 8192]).unwrap();
+    let mut stamps = std::collections::BTreeSet::new();
+    for k in 0..200u64 {
+        let tick = tick_start_ns();
+        f.write_at(&[k as u8; 4096], (k % 2) * 4096).unwrap();
+        let md = f.metadata().unwrap();
+        assert!(md.mtime_ns >= tick, "mtime older than the write's tick");
+        assert!(md.ctime_ns >= tick, "ctime older than the write's tick");
+        stamps.insert(md.mtime_ns);
+    }
+    assert!(
+        stamps.len() <= 100,
+        "{} distinct mtimes for 200 quick overwrites: every overwrite stamped",
+        stamps.len()
+    );
+    let future = 4_000_000_000_000_000_000i64;
+    fs.set_times("/f", None, Some(SetTime::At(future))).unwrap();
+    let tick = tick_start_ns();
+    f.write_at(b"x", 0).unwrap();
+    let md = f.metadata().unwrap();
+    assert!(
+        (tick..future).contains(&md.mtime_ns),
+        "a future mtime survived an overwrite: {}",
+        md.mtime_ns
+    );
+    assert_eq!(fs.read_file("/f").unwrap()[0], b'x');
     assert_fsck_clean(&fs);
 }

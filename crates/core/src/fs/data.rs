@@ -9,7 +9,7 @@
 
 use std::io;
 
-use super::{errno, now_ns, Fs, Inner};
+use super::{errno, now_ns, tick_start_ns, Fs, Inner};
 use crate::layout::inode::{self, FileType, Inode, FILE_SIZE_MAX};
 use crate::layout::BLOCK_SIZE;
 use crate::mapping::Claim;
@@ -76,6 +76,16 @@ pub(crate) fn pieces(off: u64, len: usize) -> impl Iterator<Item = Piece> {
             piece
         })
     })
+}
+
+/// True when the inode's mtime and ctime were both stamped during the current clock tick
+/// (at or after its start, not after `now`). An overwrite then leaves them as they are, as
+/// Linux's coarse inode clock does: times are exact to one tick, and most overwrites skip
+/// storing and writing back the inode's line. A time set into the future (utimensat) is not
+/// in this window, so the next write stamps it.
+fn stamped_this_tick(i: &Inode, now: i64) -> bool {
+    let tick = tick_start_ns()..=now;
+    tick.contains(&i.mtime_ns) && tick.contains(&i.ctime_ns)
 }
 
 impl Inner {
@@ -284,7 +294,8 @@ impl Inner {
     }
 
     /// Publishes new blocks and records size, block count and times. An overwrite in place
-    /// needs one fence (data and times together). A write that maps blocks past EOF or grows
+    /// needs one fence (data and times together; times only when the clock tick moved since
+    /// they were last stamped, see `stamped_this_tick`). A write that maps blocks past EOF or grows
     /// the file fences the data and mappings first, then stores the size that exposes them
     /// (recovery frees mapped blocks past EOF). A write that fills holes inside EOF commits
     /// those mappings with the inode in a journal transaction (see `commit_hole_fills`).
@@ -292,7 +303,9 @@ impl Inner {
         let base = self.geo.inode_off(ino as u64);
         let now = now_ns();
         if claims.is_empty() && new_size == i.size {
-            self.stamp_times(ino, now);
+            if !stamped_this_tick(i, now) {
+                self.stamp_times(ino, now);
+            }
             self.pm.fence();
             return;
         }

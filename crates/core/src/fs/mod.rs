@@ -99,12 +99,22 @@ pub fn errno_of(e: &io::Error) -> i32 {
 
 /// Nanoseconds since the Unix epoch.
 pub(crate) fn now_ns() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+/// The start of the current clock tick (Linux's coarse real-time clock, the one the kernel
+/// stamps inodes with): never later than `now_ns()`, at most one tick earlier.
+pub(crate) fn tick_start_ns() -> i64 {
+    clock_ns(libc::CLOCK_REALTIME_COARSE)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes the struct we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
