@@ -157,7 +157,6 @@ fn plan(blocks: u64, opts: &FormatOptions, extents: u64) -> io::Result<Geometry>
 
 /// Opens (or creates) the SSD of a new tiered image and counts its data extents.
 fn open_new_ssd(t: &TierFormat) -> io::Result<(crate::tier::ssd::Ssd, u64)> {
-    use crate::layout::tier::{EXTENT_BYTES, MAX_EXTENTS};
     use crate::tier::ssd::Ssd;
     let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
     let ssd = match &t.ssd {
@@ -174,13 +173,22 @@ fn open_new_ssd(t: &TierFormat) -> io::Result<(crate::tier::ssd::Ssd, u64)> {
             ssd.len
         )));
     }
-    let extents = (bytes / EXTENT_BYTES).saturating_sub(1).min(MAX_EXTENTS);
-    if extents == 0 {
-        return Err(invalid(format!(
-            "SSD of {bytes} bytes is too small: the tier needs at least 1 MiB (a header extent and one data extent of 512 KiB)"
-        )));
+    Ok((ssd, ssd_data_extents(bytes)?))
+}
+
+/// The data extents a tier uses on `bytes` of SSD: all after the header extent, at most
+/// `MAX_EXTENTS`; at least one, or the SSD is too small.
+fn ssd_data_extents(bytes: u64) -> io::Result<u64> {
+    use crate::layout::tier::{EXTENT_BYTES, MAX_EXTENTS};
+    match (bytes / EXTENT_BYTES).saturating_sub(1).min(MAX_EXTENTS) {
+        0 => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "SSD of {bytes} bytes is too small: the tier needs at least 1 MiB (a header extent and one data extent of 512 KiB)"
+            ),
+        )),
+        n => Ok(n),
     }
-    Ok((ssd, extents))
 }
 
 /// The layout score of `opts` in thousandths, or why it cannot be used.
@@ -378,19 +386,12 @@ impl Fs {
         tier: &TierFormat,
         ssd: crate::tier::ssd::Ssd,
     ) -> io::Result<Fs> {
-        use crate::layout::tier::{EXTENT_BYTES, MAX_EXTENTS};
         let opts = FormatOptions {
             size_bytes: pm.len(),
             tier: Some(tier.clone()),
             ..Default::default()
         };
-        let extents = (ssd.len / EXTENT_BYTES).saturating_sub(1).min(MAX_EXTENTS);
-        if extents == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the SSD needs at least 1 MiB",
-            ));
-        }
+        let extents = ssd_data_extents(ssd.len)?;
         let geo = plan(pm.len() / BLOCK_SIZE, &opts, extents)?;
         write_fresh(&pm, &geo, &opts, Some((&ssd, extents)))?;
         Self::mount_pm_with_ssd(pm, &MountOptions::default(), ssd)
