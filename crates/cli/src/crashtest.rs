@@ -179,19 +179,9 @@ pub fn run_cmd(args: &Args) -> u8 {
         list
     };
     let start = std::time::Instant::now();
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    let total = list.len();
-    let s = run(&list, args.threads, &|_, _| {
-        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        if n.is_multiple_of(100) || n == total {
-            eprint!("\r{n}/{total} workloads");
-        }
-    });
-    eprintln!();
-    for v in &s.violations {
-        println!("VIOLATION {v}");
-    }
-    println!(
+    let progress = Progress::new(list.len());
+    let s = run(&list, args.threads, &|_, _| progress.tick());
+    let summary = format!(
         "{} workloads, {} fences, {} crash images checked, {} violations ({:.1} s)",
         s.workloads,
         s.fences,
@@ -199,16 +189,49 @@ pub fn run_cmd(args: &Args) -> u8 {
         s.violations.len(),
         start.elapsed().as_secs_f64()
     );
+    report(args, &s, &s.violations, &summary)
+}
+
+/// "n/total workloads" on stderr every 100 workloads and at the last.
+struct Progress {
+    done: std::sync::atomic::AtomicUsize,
+    total: usize,
+}
+
+impl Progress {
+    fn new(total: usize) -> Progress {
+        Progress {
+            done: std::sync::atomic::AtomicUsize::new(0),
+            total,
+        }
+    }
+
+    fn tick(&self) {
+        let n = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if n.is_multiple_of(100) || n == self.total {
+            eprint!("\r{n}/{} workloads", self.total);
+        }
+    }
+}
+
+/// Ends a checking run: the violations and the summary line on stdout, the summary as JSON
+/// to `--json` when asked. Exit code 1 with violations, 2 when the JSON cannot be written.
+fn report<S: serde::Serialize>(args: &Args, s: &S, violations: &[String], summary: &str) -> u8 {
+    eprintln!();
+    for v in violations {
+        println!("VIOLATION {v}");
+    }
+    println!("{summary}");
     if let Some(p) = &args.json {
         if let Err(e) = std::fs::write(
             p,
-            serde_json::to_string_pretty(&s).expect("serialisable") + "\n",
+            serde_json::to_string_pretty(s).expect("serialisable") + "\n",
         ) {
             eprintln!("nvmfs crashtest: cannot write {}: {e}", p.display());
             return 2;
         }
     }
-    u8::from(!s.violations.is_empty())
+    u8::from(!violations.is_empty())
 }
 
 /// The mapping and tearing model of `--concurrent` and `--after-recovery`, which take no
@@ -242,19 +265,9 @@ fn run_concurrent(count: u64, args: &Args) -> u8 {
     };
     let start = std::time::Instant::now();
     let list = concurrent::workloads(count, args.seed, mapping, tear);
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    let total = list.len();
-    let s = concurrent::run(&list, args.threads, &|_| {
-        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        if n.is_multiple_of(100) || n == total {
-            eprint!("\r{n}/{total} workloads");
-        }
-    });
-    eprintln!();
-    for v in &s.violations {
-        println!("VIOLATION {v}");
-    }
-    println!(
+    let progress = Progress::new(list.len());
+    let s = concurrent::run(&list, args.threads, &|_| progress.tick());
+    let summary = format!(
         "{} concurrent workloads ({} operations), {} fences, {} crash images checked \
          ({} with 2+ journal lanes rolled back, {} crash points with 2+ operations in flight; \
          {} thread switches, {} lock-wait handoffs), {} violations ({:.1} s)",
@@ -269,16 +282,7 @@ fn run_concurrent(count: u64, args: &Args) -> u8 {
         s.violations.len(),
         start.elapsed().as_secs_f64()
     );
-    if let Some(p) = &args.json {
-        if let Err(e) = std::fs::write(
-            p,
-            serde_json::to_string_pretty(&s).expect("serialisable") + "\n",
-        ) {
-            eprintln!("nvmfs crashtest: cannot write {}: {e}", p.display());
-            return 2;
-        }
-    }
-    u8::from(!s.violations.is_empty())
+    report(args, &s, &s.violations, &summary)
 }
 
 fn run_after_recovery(count: u64, args: &Args) -> u8 {
@@ -291,19 +295,9 @@ fn run_after_recovery(count: u64, args: &Args) -> u8 {
     };
     let start = std::time::Instant::now();
     let list = recovered::workloads(count, args.seed, mapping, tear);
-    let done = std::sync::atomic::AtomicUsize::new(0);
-    let total = list.len();
-    let s = recovered::run(&list, args.threads, &|_| {
-        let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        if n.is_multiple_of(100) || n == total {
-            eprint!("\r{n}/{total} workloads");
-        }
-    });
-    eprintln!();
-    for v in &s.violations {
-        println!("VIOLATION {v}");
-    }
-    println!(
+    let progress = Progress::new(list.len());
+    let s = recovered::run(&list, args.threads, &|_| progress.tick());
+    let summary = format!(
         "{} workloads after recovery ({} from crash images that recovery repaired; {} steps), \
          {} fences, {} crash images checked ({} after the clean unmount), {} violations ({:.1} s)",
         s.workloads,
@@ -315,16 +309,7 @@ fn run_after_recovery(count: u64, args: &Args) -> u8 {
         s.violations.len(),
         start.elapsed().as_secs_f64()
     );
-    if let Some(p) = &args.json {
-        if let Err(e) = std::fs::write(
-            p,
-            serde_json::to_string_pretty(&s).expect("serialisable") + "\n",
-        ) {
-            eprintln!("nvmfs crashtest: cannot write {}: {e}", p.display());
-            return 2;
-        }
-    }
-    u8::from(!s.violations.is_empty())
+    report(args, &s, &s.violations, &summary)
 }
 
 fn run_mutations(list: &[Workload], args: &Args) -> u8 {
