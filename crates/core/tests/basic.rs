@@ -7,6 +7,16 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use common::*;
 use nvmfs::{FileType, OpenOptions, SetTime};
 
+/// Opens `path` for reading and writing, creating it.
+fn create_rw(fs: &nvmfs::Fs, path: &str) -> nvmfs::File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .open(fs, path)
+        .unwrap()
+}
+
 fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.unwrap_err().raw_os_error().expect("errno")
 }
@@ -52,12 +62,7 @@ fn files_dirs_and_links() {
 #[test]
 fn file_io_sparse_truncate_append() {
     let fs = mem_fs(64, 256);
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .open(&fs, "/f")
-        .unwrap();
+    let mut f = create_rw(&fs, "/f");
     f.write_all(&[1u8; 10_000]).unwrap();
     f.seek(SeekFrom::Start(100_000)).unwrap();
     f.write_all(b"tail").unwrap();
@@ -244,12 +249,7 @@ fn tick_start_ns() -> i64 {
 #[test]
 fn overwrite_times_are_exact_to_one_tick() {
     let fs = mem_fs(64, 256);
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .open(&fs, "/f")
-        .unwrap();
+    let mut f = create_rw(&fs, "/f");
     f.write_all(&[1u8; 8192]).unwrap();
     let mut stamps = std::collections::BTreeSet::new();
     for k in 0..200u64 {
