@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 use hashbrown::HashTable;
 use parking_lot::{Mutex, RwLock};
 
@@ -354,15 +355,21 @@ const SHARDS: usize = 64;
 /// Directory states by inode number, sharded so lookups in different directories do not
 /// meet on one lock; a shard is read-locked by lookups and write-locked only to add or drop
 /// a directory, so lookups in one busy directory share it.
+///
+/// Each shard is a `ShardedLock`: a reader locks only its own thread's lock, so two threads
+/// walking the same directories (the root, above all) do not bounce one lock word between
+/// their cores on every path component; adding or dropping a directory locks them all.
 pub struct DirCache {
-    shards: Vec<RwLock<hashbrown::HashMap<u32, Arc<DirState>>>>,
+    shards: Vec<ShardedLock<Shard>>,
 }
+
+type Shard = hashbrown::HashMap<u32, Arc<DirState>>;
 
 impl Default for DirCache {
     fn default() -> Self {
         DirCache {
             shards: (0..SHARDS)
-                .map(|_| RwLock::new(hashbrown::HashMap::new()))
+                .map(|_| ShardedLock::new(hashbrown::HashMap::new()))
                 .collect(),
         }
     }
@@ -372,7 +379,21 @@ impl DirCache {
     /// The cached state of directory `ino`, if any. It may be stale: the caller checks its
     /// generation against the inode.
     pub fn peek(&self, ino: u32) -> Option<Arc<DirState>> {
-        self.shards[ino as usize % SHARDS].read().get(&ino).cloned()
+        self.read(ino).get(&ino).cloned()
+    }
+
+    // A panic while a shard was locked left it as consistent as any map after a panicked
+    // insert or remove: the poison flag is ignored.
+    fn read(&self, ino: u32) -> ShardedLockReadGuard<'_, Shard> {
+        self.shards[ino as usize % SHARDS]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self, ino: u32) -> ShardedLockWriteGuard<'_, Shard> {
+        self.shards[ino as usize % SHARDS]
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The state of directory `ino` with inode generation `generation`, created if absent or
@@ -381,7 +402,7 @@ impl DirCache {
         if let Some(ds) = self.peek(ino).filter(|d| d.generation == generation) {
             return ds;
         }
-        let mut shard = self.shards[ino as usize % SHARDS].write();
+        let mut shard = self.write(ino);
         let e = shard
             .entry(ino)
             .or_insert_with(|| DirState::new(generation));
@@ -392,13 +413,13 @@ impl DirCache {
     }
 
     pub fn remove(&self, ino: u32) {
-        self.shards[ino as usize % SHARDS].write().remove(&ino);
+        self.write(ino).remove(&ino);
     }
 
     /// Forgets every directory (their indexes are rebuilt from media on next use).
     pub fn clear(&self) {
         for s in &self.shards {
-            s.write().clear();
+            s.write().unwrap_or_else(|p| p.into_inner()).clear();
         }
     }
 
@@ -406,7 +427,7 @@ impl DirCache {
     pub fn dram_bytes(&self) -> u64 {
         let mut total = 0u64;
         for s in &self.shards {
-            for d in s.read().values() {
+            for d in s.read().unwrap_or_else(|p| p.into_inner()).values() {
                 total += 64;
                 if let Some(idx) = d.index.read().as_ref() {
                     total += idx.table.capacity() as u64 * 9 + idx.blocks.capacity() as u64 * 8;
