@@ -175,7 +175,23 @@ impl Op {
                 let f = OpenOptions::new().append(true).open(fs, p)?;
                 f.write_all_at(&Self::data(len, 1), 0)
             }
-            Op::Overwrite(p, off, len) => open_w(p)?.write_all_at(&Self::data(len, 2), off),
+            Op::Overwrite(p, off, len) => {
+                // The complement of the bytes there (zeros past EOF): an overwrite always
+                // changes what it covers, so it changes the tree even when its times were
+                // already stamped this clock tick (GUARANTEES.md §9). With fixed data, a
+                // repeated overwrite changed nothing or something depending on the clock.
+                let f = OpenOptions::new().read(true).write(true).open(fs, p)?;
+                let mut data = vec![0u8; len];
+                let mut got = 0;
+                while got < len {
+                    match f.read_at(&mut data[got..], off + got as u64)? {
+                        0 => break,
+                        n => got += n,
+                    }
+                }
+                data.iter_mut().for_each(|b| *b = !*b);
+                f.write_all_at(&data, off)
+            }
             Op::Sparse(p, gap, len) => {
                 let f = open_w(p)?;
                 let end = f.metadata()?.size;
