@@ -7,16 +7,6 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use common::*;
 use nvmfs::{FileType, OpenOptions, SetTime};
 
-/// Opens `path` for reading and writing, creating it.
-fn create_rw(fs: &nvmfs::Fs, path: &str) -> nvmfs::File {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .open(fs, path)
-        .unwrap()
-}
-
 fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.unwrap_err().raw_os_error().expect("errno")
 }

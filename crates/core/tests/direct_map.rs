@@ -19,15 +19,6 @@ fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.unwrap_err().raw_os_error().expect("errno")
 }
 
-fn rw(fs: &Fs, path: &str) -> File {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .open(fs, path)
-        .unwrap()
-}
-
 fn read_all(f: &File) -> Vec<u8> {
     let mut v = vec![0; f.metadata().unwrap().len() as usize];
     f.read_exact_at(&mut v, 0).unwrap();
@@ -37,7 +28,7 @@ fn read_all(f: &File) -> Vec<u8> {
 #[test]
 fn loads_see_writes_and_reads_see_stores() {
     let fs = mem_fs(16, 256);
-    let f = rw(&fs, "/f");
+    let f = create_rw(&fs, "/f");
     let len = 3 * BS as usize + 100;
     let mut model = pattern(len, 1);
     f.write_all_at(&model, 0).unwrap();
@@ -101,13 +92,13 @@ fn loads_see_writes_and_reads_see_stores() {
     drop(m);
     assert_eq!(read_all(&f), model);
     assert_fsck_clean(&fs);
-    assert_eq!(read_all(&rw(&crash_remount(&fs), "/f")), model);
+    assert_eq!(read_all(&create_rw(&crash_remount(&fs), "/f")), model);
 }
 
 #[test]
 fn writable_map_allocates_holes_read_only_map_refuses_them() {
     let fs = mem_fs(16, 256);
-    let f = rw(&fs, "/sparse");
+    let f = create_rw(&fs, "/sparse");
     f.set_len(6 * BS).unwrap();
     f.write_all_at(b"middle", 2 * BS + 10).unwrap();
     assert_eq!(f.metadata().unwrap().blocks, 1);
@@ -142,7 +133,7 @@ fn writable_map_allocates_holes_read_only_map_refuses_them() {
     fs.create_dir("/d").unwrap();
     let d = OpenOptions::new().read(true).open(&fs, "/d").unwrap();
     assert_eq!(errno(d.map_direct()), libc::EISDIR);
-    let e = rw(&fs, "/empty").map_direct().unwrap();
+    let e = create_rw(&fs, "/empty").map_direct().unwrap();
     assert!(e.is_empty());
     assert_eq!(errno(e.load(0, &mut [0])), libc::EFAULT);
 }
@@ -150,7 +141,7 @@ fn writable_map_allocates_holes_read_only_map_refuses_them() {
 #[test]
 fn truncate_and_punch_under_a_map_are_refused() {
     let fs = mem_fs(16, 256);
-    let f = rw(&fs, "/f");
+    let f = create_rw(&fs, "/f");
     let len = 4 * BS + 1;
     f.write_all_at(&pattern(len as usize, 4), 0).unwrap();
     let m = f.map_direct().unwrap();
@@ -191,7 +182,7 @@ fn truncate_and_punch_under_a_map_are_refused() {
 #[test]
 fn unlink_of_a_mapped_file_is_deferred_to_the_last_reference() {
     let fs = mem_fs(8, 256);
-    let f = rw(&fs, "/f");
+    let f = create_rw(&fs, "/f");
     let free0 = fs.statfs().blocks_free;
     let data = pattern(16 * BS as usize, 5);
     f.write_all_at(&data, 0).unwrap();
@@ -206,7 +197,7 @@ fn unlink_of_a_mapped_file_is_deferred_to_the_last_reference() {
     );
 
     // Fill the rest of the image: no new file may get the mapped blocks.
-    let g = rw(&fs, "/g");
+    let g = create_rw(&fs, "/g");
     let mut off = 0;
     while g.write_at(&[0xee; 4096], off).is_ok() {
         off += BS;
@@ -299,7 +290,7 @@ fn stores_are_durable_after_sync_and_not_before() {
     let mut pm = Pm::in_memory(size as u64);
     pm.set_trace(Some(tracer.clone()));
     let fs = Fs::format_pm(pm).unwrap();
-    let f = rw(&fs, "/f");
+    let f = create_rw(&fs, "/f");
     let old = pattern(8 * BS as usize, 6);
     f.write_all_at(&old, 0).unwrap();
     let mut m = f.map_direct().unwrap();
@@ -340,7 +331,7 @@ fn store_and_sync_survive_unmount_and_mount_of_an_image_file() {
     )
     .unwrap();
     let fs = Fs::mount(&img, &MountOptions::default()).unwrap();
-    let f = rw(&fs, "/f");
+    let f = create_rw(&fs, "/f");
     let mut want = pattern(5 * BS as usize, 8);
     f.write_all_at(&want, 0).unwrap();
     let mut m = f.map_direct().unwrap();
@@ -382,7 +373,7 @@ fn store_and_sync_survive_unmount_and_mount_of_an_image_file() {
 fn random_mix_against_a_model() {
     for seed in 1..=6u64 {
         let fs = mem_fs(16, 256);
-        let f = rw(&fs, "/f");
+        let f = create_rw(&fs, "/f");
         let mut model = pattern(3 * BS as usize + 333, seed);
         f.write_all_at(&model, 0).unwrap();
         let mut maps = vec![f.map_direct().unwrap()];
@@ -466,7 +457,7 @@ fn random_mix_against_a_model() {
 #[test]
 fn as_ptr_points_at_the_file_bytes_in_the_media() {
     let fs = mem_fs(16, 256);
-    let f = rw(&fs, "/f");
+    let f = create_rw(&fs, "/f");
     let len = 2 * BS as usize + 300;
     let data = pattern(len, 7);
     f.write_all_at(&data, 0).unwrap();

@@ -5,6 +5,16 @@ use nvmfs::fsck::check_pm;
 use nvmfs::media::Pm;
 use nvmfs::{FormatOptions, Fs};
 
+/// Opens `path` for reading and writing, creating it.
+pub fn create_rw(fs: &Fs, path: &str) -> nvmfs::File {
+    nvmfs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .open(fs, path)
+        .unwrap()
+}
+
 pub fn mem_fs(size_mb: u64, inodes: u64) -> Fs {
     mem_fs_with(size_mb, inodes, Default::default())
 }
