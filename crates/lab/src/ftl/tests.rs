@@ -384,6 +384,7 @@ fn replay_file_sizes_the_nand_from_the_header() {
 
 #[test]
 fn capture_of_ext4_on_a_loop_device() {
+    let _turn = crate::study::tests::provisioning_turn();
     let size = crate::kernel::MIN_DEVICE_BYTES;
     if let Some(reason) = capture::kernel_unavailable("ext4", size) {
         println!("skipped: {reason}");

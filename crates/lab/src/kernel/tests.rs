@@ -9,19 +9,17 @@ use std::io::{BufRead, BufReader, Read};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 use std::thread;
 
 const SIZE: u64 = MIN_DEVICE_BYTES;
 const GIB: u64 = 1 << 30;
 const SHM: &str = "/dev/shm";
 
-static MOUNT_LOCK: Mutex<()> = Mutex::new(());
-
-/// Serializes the tests that create resources (a failed test poisons the
-/// lock; the others still run).
+/// Serializes the tests that create resources, with every other test of the crate that
+/// does (the studies' leftover checks see all of this process's resources).
 fn serial() -> MutexGuard<'static, ()> {
-    MOUNT_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    crate::study::tests::provisioning_turn()
 }
 
 /// The catalogued variant `name` if it can run here, else prints why not.

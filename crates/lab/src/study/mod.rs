@@ -496,4 +496,4 @@ fn run_filebench_cell(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -5,10 +5,17 @@ use super::*;
 use crate::kernel;
 use crate::targets::api::{MicroFile, MicroFs};
 
-/// The leftover checks look at everything this process made, so the tests
-/// that provision targets take turns (the file-mapping study's too: its timing
-/// would load the machine under the others' timed phases).
-pub(super) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The leftover checks look at everything this process made, so every test of the crate
+/// that provisions targets takes turns on this lock: the studies', the kernel module's, the
+/// block-trace capture's (the file-mapping study's too: its timing would load the machine
+/// under the others' timed phases).
+pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes this process's turn to provision targets (a failed test poisons the lock; the
+/// others still run).
+pub(crate) fn provisioning_turn() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 struct Quiet;
 

@@ -174,6 +174,7 @@ fn cleaning_finding_needs_a_significant_drop_at_high() {
 /// both levels; the report and JSON exist and nvmfs's SSD writes are whole extents' starts.
 #[test]
 fn tiny_run_end_to_end() {
+    let _turn = crate::study::tests::provisioning_turn();
     let out = std::env::temp_dir().join(format!("nvmfs-2013-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let mut cfg = Config::for_size(Size::Quick, out.clone());
