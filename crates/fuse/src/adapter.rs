@@ -4,12 +4,22 @@
 //! inodes the way a kernel file system does (the caller's fsuid/fsgid, or the directory's
 //! group under a setgid directory).
 //!
+//! Round trips. Each request is a round trip between the program and a serving thread,
+//! which costs far more than the nvmfs call behind it, so the adapter declines the ones
+//! it does not need: `flush` (every write is durable when it returns) and, unless `direct_io`
+//! is set, `open` (replied ENOSYS: the kernel then opens files without asking and sends no
+//! release either, and keeps its cached pages, as `FOPEN_KEEP_CACHE` would). A close is then
+//! no request at all and an open only a lookup when the cached entry has expired.
+//!
 //! References. The kernel holds a "lookup count" on every inode it was handed in an entry
 //! reply (lookup, create, mknod, mkdir, symlink, link, readdirplus) and gives them back with
-//! forget. While the count or the number of open handles of an inode is above zero the adapter
-//! holds one `Fs::open_ino` reference on it, so an inode unlinked while the kernel still knows
-//! it (an open file, a cwd) stays readable and writable and is freed at the last forget or
-//! release. `destroy` (and `Shutdown::shutdown`) drop whatever references remain, so an
+//! forget, which it sends only once no open file, dentry or cwd uses the inode. While the
+//! count or the number of counted open handles (directories, and files under `direct_io`) of
+//! an inode is above zero the adapter holds one `Fs::open_ino` reference on it, so an inode
+//! unlinked while the kernel still knows it (an open file, a cwd) stays readable and writable
+//! and is freed at the last forget or release. A file handle of 0 is not counted: it is what
+//! `create` hands out when opens are not counted, and its release (sent only until the
+//! kernel learns that open is declined) changes nothing. `destroy` (and `Shutdown::shutdown`) drop whatever references remain, so an
 //! unmount leaves no orphans.
 
 use std::collections::HashMap;
@@ -36,6 +46,12 @@ use crate::options::MountConfig;
 const SHARDS: usize = 64;
 /// Largest read or write the kernel is told to send (it may send less).
 const MAX_IO: u32 = 1 << 20;
+
+thread_local! {
+    /// Each serving thread's read buffer, kept between requests: a fresh zeroed megabyte per
+    /// 1 MiB read cost as much as copying the data out of the image.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// Kernel references to one inode.
 #[derive(Default, Debug)]
@@ -283,7 +299,27 @@ impl NvmFuse {
         if self.direct_io {
             FopenFlags::FOPEN_DIRECT_IO
         } else {
-            FopenFlags::empty()
+            // The kernel's cached pages of a file stay valid across opens: the mount holds
+            // the image's exclusive lock (a read-only one shares it with readers only), so
+            // every change to file data arrives through this mount, and the kernel updates
+            // or drops its pages for each (write-through writes, truncate, punch hole, copy
+            // range). Without this flag every open would drop them.
+            FopenFlags::FOPEN_KEEP_CACHE
+        }
+    }
+
+    /// 1 when open file handles are counted (under `direct_io`, where opens are not
+    /// declined), else 0.
+    fn counted_handles(&self) -> i64 {
+        i64::from(self.direct_io)
+    }
+
+    /// The handle `create` gives a new open file: a counted one under `direct_io`, else 0.
+    fn file_fh(&self) -> FileHandle {
+        if self.direct_io {
+            self.new_fh()
+        } else {
+            FileHandle(0)
         }
     }
 
@@ -487,6 +523,12 @@ impl Filesystem for NvmFuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if !self.direct_io {
+            // Declined (see the module's "Round trips"): the lookup count keeps the inode
+            // alive while the kernel has it open.
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         // Access modes were checked by the kernel; O_TRUNC arrives as a setattr before the
         // open (FUSE_ATOMIC_O_TRUNC is not negotiated), O_APPEND as write offsets.
         match self.with(|fs| self.adjust(fs, ino.0, 0, 1)) {
@@ -506,11 +548,16 @@ impl Filesystem for NvmFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let mut buf = vec![0u8; size.min(MAX_IO) as usize];
-        match self.with(|fs| fs.read(ino.0, offset, &mut buf)) {
-            Ok(n) => reply.data(&buf[..n]),
-            Err(e) => reply.error(e),
-        }
+        READ_BUF.with_borrow_mut(|buf| {
+            let len = size.min(MAX_IO) as usize;
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            match self.with(|fs| fs.read(ino.0, offset, &mut buf[..len])) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(e),
+            }
+        });
     }
 
     fn write(
@@ -540,19 +587,25 @@ impl Filesystem for NvmFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // Nothing to flush: writes are durable when they return. ENOSYS makes the kernel
+        // stop sending flush, saving a round trip on every close.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if fh.0 == 0 {
+            reply.ok();
+            return;
+        }
         match self.with(|fs| self.adjust(fs, ino.0, 0, -1)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -756,7 +809,7 @@ impl Filesystem for NvmFuse {
             };
             let m = match fs.mknod(parent.0, name(n), mode, uid, gid, 0) {
                 Ok(m) => {
-                    self.adjust(fs, m.ino, 1, 1)?;
+                    self.adjust(fs, m.ino, 1, self.counted_handles())?;
                     m
                 }
                 // Another creator won the race for the name: open theirs, as open(2) with
@@ -771,7 +824,7 @@ impl Filesystem for NvmFuse {
                             libc::EEXIST
                         }));
                     }
-                    self.adjust(fs, m.ino, 0, 1)?;
+                    self.adjust(fs, m.ino, 0, self.counted_handles())?;
                     if flags & libc::O_TRUNC != 0 && m.size > 0 {
                         let t = SetAttr {
                             size: Some(0),
@@ -780,7 +833,7 @@ impl Filesystem for NvmFuse {
                         match fs.setattr(m.ino, &t) {
                             Ok(m) => m,
                             Err(e) => {
-                                self.adjust(fs, m.ino, -1, -1)?;
+                                self.adjust(fs, m.ino, -1, -self.counted_handles())?;
                                 return Err(e);
                             }
                         }
@@ -797,7 +850,7 @@ impl Filesystem for NvmFuse {
                 &self.entry_ttl,
                 &attr(&m),
                 Generation(m.generation as u64),
-                self.new_fh(),
+                self.file_fh(),
                 self.open_flags(),
             ),
             Err(e) => reply.error(e),

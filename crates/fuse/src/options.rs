@@ -294,6 +294,9 @@ impl MountConfig {
             SessionACL::Owner
         };
         c.n_threads = Some(self.max_threads);
+        // Each serving thread reads its own clone of /dev/fuse, so replies do not contend
+        // on one device's processing queue.
+        c.clone_fd = true;
         c
     }
 }

@@ -321,6 +321,31 @@ fn unlinked_open_file_lives_until_close() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(freed, "the unlinked inode is freed after close");
+    // The same for a file reached by a plain open, which the adapter declines (the kernel
+    // then opens without asking): only the kernel's lookup reference keeps it alive.
+    fs::write(m.path("old"), pattern(50_000, 2)).unwrap();
+    let mut r = fs::File::open(m.path("old")).unwrap();
+    let mut w = fs::OpenOptions::new()
+        .append(true)
+        .open(m.path("old"))
+        .unwrap();
+    fs::remove_file(m.path("old")).unwrap();
+    w.write_all(b"tail").unwrap();
+    drop(w);
+    let mut back = Vec::new();
+    r.read_to_end(&mut back).unwrap();
+    assert_eq!(back.len(), 50_004);
+    assert_eq!(&back[..50_000], &pattern(50_000, 2)[..]);
+    assert_eq!(m.fs.as_ref().unwrap().statfs().inodes_free, free0 - 1);
+    drop(r);
+    let freed = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        m.fs.as_ref().unwrap().statfs().inodes_free == free0
+    });
+    assert!(
+        freed,
+        "the unlinked inode reached by open is freed after close"
+    );
     // Shutdown (what `nvmfs mount` does on SIGTERM with a busy mount point) drops the
     // kernel's references: an unlinked file that is still open is freed, not left as an
     // orphan, and later requests fail.
