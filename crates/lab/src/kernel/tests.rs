@@ -4,23 +4,17 @@
 
 use super::command::CommandLine;
 use super::*;
+use crate::study::tests::provisioning_turn;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::MutexGuard;
 use std::thread;
 
 const SIZE: u64 = MIN_DEVICE_BYTES;
 const GIB: u64 = 1 << 30;
 const SHM: &str = "/dev/shm";
-
-/// Serializes the tests that create resources, with every other test of the crate that
-/// does (the studies' leftover checks see all of this process's resources).
-fn serial() -> MutexGuard<'static, ()> {
-    crate::study::tests::provisioning_turn()
-}
 
 /// The catalogued variant `name` if it can run here, else prints why not.
 fn runnable(name: &str) -> Option<Variant> {
@@ -264,7 +258,7 @@ fn pattern(len: usize) -> Vec<u8> {
 
 /// Create, write, read, remount, read, teardown; then nothing left.
 fn round_trip(name: &str, expected_options: &[&str]) {
-    let _serial = serial();
+    let _serial = provisioning_turn();
     let Some(v) = runnable(name) else { return };
     let started = std::time::Instant::now();
     let mut p =
@@ -362,7 +356,7 @@ fn round_trip_f2fs_and_nilfs2_when_present() {
 
 #[test]
 fn high_agcount_is_what_mkfs_made() {
-    let _serial = serial();
+    let _serial = provisioning_turn();
     let name = format!("xfs-ag{}", xfs_high_agcount(SIZE));
     let Some(v) = runnable(&name) else { return };
     if super::probe::program_path("xfs_info").is_none() {
@@ -381,7 +375,7 @@ fn high_agcount_is_what_mkfs_made() {
 
 #[test]
 fn panicking_workload_still_cleans_up() {
-    let _serial = serial();
+    let _serial = provisioning_turn();
     let Some(v) = runnable("ext4") else { return };
     let mut info = None;
     let result = catch_unwind(AssertUnwindSafe(|| {
@@ -397,7 +391,7 @@ fn panicking_workload_still_cleans_up() {
 
 #[test]
 fn failing_mkfs_leaves_nothing() {
-    let _serial = serial();
+    let _serial = provisioning_turn();
     let Some(mut v) = runnable("ext4") else {
         return;
     };
@@ -417,7 +411,7 @@ fn failing_mkfs_leaves_nothing() {
 
 #[test]
 fn failing_mount_leaves_nothing() {
-    let _serial = serial();
+    let _serial = provisioning_turn();
     let Some(mut v) = runnable("ext4") else {
         return;
     };
@@ -435,7 +429,7 @@ fn failing_mount_leaves_nothing() {
 
 #[test]
 fn missing_shm_dir_is_a_clear_error() {
-    let _serial = serial();
+    let _serial = provisioning_turn();
     let Some(v) = runnable("ext2") else { return };
     let e = Provisioned::create(&v, Path::new("/nonexistent-nvmfs-shm"), SIZE)
         .err()
@@ -446,7 +440,7 @@ fn missing_shm_dir_is_a_clear_error() {
 
 #[test]
 fn concurrent_creates_get_their_own_devices() {
-    let _serial = serial();
+    let _serial = provisioning_turn();
     let (Some(a), Some(b)) = (runnable("ext2"), runnable("xfs")) else {
         return;
     };
@@ -519,7 +513,7 @@ fn wait_for(lines: &mut impl Iterator<Item = std::io::Result<String>>, marker: &
 
 #[test]
 fn second_interrupt_tears_down_and_exits() {
-    let _serial = serial();
+    let _serial = provisioning_turn();
     if runnable("ext2").is_none() {
         return;
     }
@@ -567,7 +561,7 @@ fn second_interrupt_tears_down_and_exits() {
 
 #[test]
 fn open_file_blocks_remount_but_not_teardown() {
-    let _serial = serial();
+    let _serial = provisioning_turn();
     let Some(v) = runnable("ext4") else { return };
     let mut p = Provisioned::create(&v, Path::new(SHM), SIZE).unwrap();
     let path = p.mount_point().join("held");

@@ -9,7 +9,7 @@ use crate::targets::api::{MicroFile, MicroFs};
 /// that provisions targets takes turns on this lock: the studies', the kernel module's, the
 /// block-trace capture's (the file-mapping study's too: its timing would load the machine
 /// under the others' timed phases).
-pub(crate) static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Takes this process's turn to provision targets (a failed test poisons the lock; the
 /// others still run).
@@ -67,7 +67,7 @@ fn no_leftovers() {
 
 #[test]
 fn study_runs_and_writes_its_results_directory() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = provisioning_turn();
     let out = tempfile::tempdir().unwrap();
     let targets: &[&str] = if is_root() {
         &["nvmfs", "ext4"]
@@ -117,7 +117,7 @@ fn a_failing_workload_is_reported_and_cleaned_up() {
         eprintln!("skipped: needs root to provision ext4");
         return;
     }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = provisioning_turn();
     // fileserver files of 64 MiB mean on the smallest device: the creates
     // and appends fill it and a flowop fails with ENOSPC.
     let out = tempfile::tempdir().unwrap();
@@ -150,7 +150,7 @@ fn a_failing_workload_is_reported_and_cleaned_up() {
 
 #[test]
 fn fuse_and_dir_targets_run_and_leave_nothing() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = provisioning_turn();
     let out = tempfile::tempdir().unwrap();
     let user_dir = tempfile::tempdir().unwrap();
     let dir_target = format!("dir:{}", user_dir.path().display());
@@ -231,7 +231,7 @@ fn tiny_database_workloads() -> Vec<workload::StudyWorkload> {
 
 #[test]
 fn database_cells_run_check_their_databases_and_report_latency() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = provisioning_turn();
     let out = tempfile::tempdir().unwrap();
     let kernel = if is_root() { "ext4" } else { "tmpfs" };
     let mut cfg = tiny_config(out.path().join("r"), &["nvmfs", kernel], &[]);
@@ -380,7 +380,7 @@ fn check_fsbench_cell(c: &Cell, w: &workload::StudyWorkload) {
 
 #[test]
 fn linux2002_cells_run_and_write_scaling_figures() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = provisioning_turn();
     let out = tempfile::tempdir().unwrap();
     let kernel = if is_root() { "ext4" } else { "tmpfs" };
     let mut cfg = linux2002::config(Size::Quick, out.path().join("r"));
@@ -638,7 +638,7 @@ impl targets::TargetVisitor for WriteRemountRead {
 
 #[test]
 fn visit_reaches_each_kind_of_target_as_a_lab_target() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = provisioning_turn();
     let parent = tempfile::tempdir().unwrap();
     let mut dir = targets::StudyTarget::dir(parent.path(), "visited-dir").unwrap();
     assert_eq!(dir.visit(WriteRemountRead).unwrap(), (false, 5));

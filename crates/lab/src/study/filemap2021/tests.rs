@@ -41,9 +41,7 @@ fn scratch() -> tempfile::TempDir {
 
 #[test]
 fn tiny_study_writes_sane_results() {
-    let _turn = crate::study::tests::SERIAL
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _turn = crate::study::tests::provisioning_turn();
     let dir = tempfile::tempdir().unwrap();
     let shm = scratch();
     let mut cfg = tiny(dir.path().join("out"));
