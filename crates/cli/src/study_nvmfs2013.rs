@@ -102,11 +102,14 @@ pub fn run(args: &Args, size: Size, out: PathBuf) -> u8 {
     if result.interrupted {
         return 130;
     }
-    let failed = result
-        .cells
-        .iter()
-        .filter(|c| c.unavailable.is_some())
-        .count();
+    let full = result.cells.iter().filter(|c| c.out_of_space).count();
+    if full > 0 {
+        eprintln!(
+            "note: {full} cell(s) ran out of space: the file system cannot hold that level's \
+             data on a device of this size (a result, see report.md)"
+        );
+    }
+    let failed = result.cells.iter().filter(|c| c.failed()).count();
     if failed > 0 {
         eprintln!("nvmfs study: {failed} cell(s) not measured (see report.md)");
         return 1;

@@ -83,8 +83,8 @@ pub fn run(
                 progress(&format!("{} {} on {t}", w.id, l.name));
                 let t0 = Instant::now();
                 let cell = run_cell(cfg, w, l, t, interrupted);
-                match &cell.unavailable {
-                    Some(why) => progress(&format!("  not measured: {why}")),
+                match cell.not_measured() {
+                    Some(why) => progress(&format!("  {why}")),
                     None => progress(&format!(
                         "  {:.0} ops/s, {} sectors written, utilisation {:.0}% ({:.1} s)",
                         cell.throughput_summary.map_or(0.0, |s| s.mean),
@@ -135,6 +135,7 @@ fn run_cell(
         ssd_bytes,
         filler_bytes: filler,
         unavailable: None,
+        out_of_space: false,
         throughput: Vec::new(),
         throughput_summary: None,
         write_sectors: Vec::new(),
@@ -158,6 +159,7 @@ fn run_cell(
         let t = match trial {
             Ok(t) => t,
             Err(e) => {
+                cell.out_of_space = ran_out_of_space(target, &e);
                 cell.unavailable = Some(format!("trial {}: {e}", i + 1));
                 return cell;
             }
@@ -190,6 +192,12 @@ fn run_cell(
     }
     cell.throughput_summary = Summary::of(&cell.throughput);
     cell
+}
+
+/// Whether a trial's error means the kernel file system `target` could not hold the level's
+/// data (see [`Cell::out_of_space`]). The engines keep the error's kind when they add context.
+pub fn ran_out_of_space(target: &str, e: &io::Error) -> bool {
+    target != "nvmfs" && e.kind() == io::ErrorKind::StorageFull
 }
 
 /// Whether every write starts at an extent boundary and ends inside that extent (the
@@ -703,11 +711,21 @@ where
 /// The kernel targets' page-cache budget: a memory cgroup the process enters for the
 /// workload. cgroup v2 when its memory controller is enabled (`memory.max`), else the v1
 /// memory hierarchy (`memory.limit_in_bytes`), each below the process's own cgroup.
+///
+/// The cgroup also charges the process's own anonymous memory (the workload's buffers, its
+/// threads' latency histograms: over 20 MiB for fileserver's 16 threads), which would leave
+/// the page cache less than the budget, or get the process OOM-killed. So a watcher thread
+/// raises the limit by the cgroup's anonymous memory, every millisecond: the budget bounds
+/// the page cache (and kernel objects), not the workload.
 pub mod budget {
     use std::path::{Path, PathBuf};
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::thread::JoinHandle;
+    use std::time::Duration;
 
     static SERIAL: AtomicU64 = AtomicU64::new(0);
+    const MIB: u64 = 1 << 20;
 
     /// The process inside a limited cgroup until [`Budget::leave`] (or drop).
     pub struct Budget {
@@ -716,6 +734,53 @@ pub mod budget {
         v2: bool,
         limit: u64,
         left: bool,
+        stop: Arc<AtomicBool>,
+        watcher: Option<JoinHandle<Peaks>>,
+    }
+
+    /// The largest anonymous memory and page cache the watcher saw in the cgroup.
+    #[derive(Default, Clone, Copy)]
+    struct Peaks {
+        anon: u64,
+        cache: u64,
+    }
+
+    /// (anonymous, page cache) bytes charged to the cgroup, from its `memory.stat`.
+    fn charged(dir: &Path, v2: bool) -> Option<(u64, u64)> {
+        let text = std::fs::read_to_string(dir.join("memory.stat")).ok()?;
+        let (anon_key, cache_key) = if v2 {
+            ("anon", "file")
+        } else {
+            ("rss", "cache")
+        };
+        let field = |key: &str| {
+            text.lines().find_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
+            })
+        };
+        Some((field(anon_key)?, field(cache_key)?))
+    }
+
+    /// Follows the cgroup's anonymous memory with its limit (`base` + anonymous, in whole
+    /// MiB) until `stop`; the peaks it saw.
+    fn watch(dir: PathBuf, file: &'static str, v2: bool, base: u64, stop: &AtomicBool) -> Peaks {
+        let mut peaks = Peaks::default();
+        let mut set = base;
+        while !stop.load(Ordering::Relaxed) {
+            if let Some((anon, cache)) = charged(&dir, v2) {
+                peaks.anon = peaks.anon.max(anon);
+                peaks.cache = peaks.cache.max(cache);
+                let want = base + anon.div_ceil(MIB) * MIB;
+                // Lowering below the usage may fail (v1: EBUSY) until the cache shrinks;
+                // the next round tries again.
+                if want != set && std::fs::write(dir.join(file), want.to_string()).is_ok() {
+                    set = want;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        peaks
     }
 
     /// The process's own cgroup directory: (v2?, path).
@@ -767,40 +832,48 @@ pub mod budget {
             } else {
                 "memory.limit_in_bytes"
             };
-            let b = Budget {
+            let mut b = Budget {
                 dir,
                 back,
                 v2,
                 limit,
                 left: false,
+                stop: Arc::new(AtomicBool::new(false)),
+                watcher: None,
             };
             write(&b.dir.join(file), &limit.to_string())?;
+            let (dir, stop) = (b.dir.clone(), b.stop.clone());
+            b.watcher = Some(
+                std::thread::Builder::new()
+                    .name("cgroup-budget".into())
+                    .spawn(move || watch(dir, file, v2, limit, &stop))
+                    .map_err(|e| format!("cannot start the budget's watcher: {e}"))?,
+            );
             write(&b.dir.join("cgroup.procs"), &std::process::id().to_string())?;
             Ok(b)
         }
 
+        fn stop_watcher(&mut self) -> Option<Peaks> {
+            self.stop.store(true, Ordering::Relaxed);
+            self.watcher.take()?.join().ok()
+        }
+
         /// Moves the process back and removes the cgroup; what was applied and the peak.
         pub fn leave(mut self) -> String {
-            let peak = std::fs::read_to_string(self.dir.join(if self.v2 {
-                "memory.peak"
-            } else {
-                "memory.max_usage_in_bytes"
-            }))
-            .ok()
-            .and_then(|t| t.trim().parse::<u64>().ok());
+            let peaks = self.stop_watcher();
             self.restore();
+            let mib = |b: u64| format!("{:.1} MiB", b as f64 / MIB as f64);
             format!(
-                "cgroup {} limit {} MiB (PM tier + slack), peak {}",
+                "cgroup {} limit {} MiB (PM tier + slack) plus the process's own anonymous \
+                 memory (peak {}); page cache peak {}",
                 if self.v2 {
                     "v2 memory.max"
                 } else {
                     "v1 memory.limit_in_bytes"
                 },
                 self.limit >> 20,
-                peak.map_or("unknown".into(), |p| format!(
-                    "{:.1} MiB",
-                    p as f64 / 1048576.0
-                ))
+                peaks.map_or("unknown".into(), |p| mib(p.anon)),
+                peaks.map_or("unknown".into(), |p| mib(p.cache)),
             )
         }
 
@@ -809,6 +882,7 @@ pub mod budget {
                 return;
             }
             self.left = true;
+            self.stop_watcher();
             let _ = write(
                 &self.back.join("cgroup.procs"),
                 &std::process::id().to_string(),

@@ -205,8 +205,14 @@ pub struct Cell {
     pub ssd_bytes: u64,
     /// The untraced filler written first to reach the level.
     pub filler_bytes: u64,
-    /// Why the cell was not measured (an unavailable target, a failure).
+    /// Why the cell was not measured (an unavailable target, a failure, no space).
     pub unavailable: Option<String>,
+    /// A kernel file system ran out of space (ENOSPC) filling to the level or running the
+    /// workload: it cannot hold this level's data on a device of this size (btrfs's metadata
+    /// copies and copy-on-write need room the others do not). A result about the file
+    /// system, so it does not fail the run as other unmeasured cells do. Never set for nvmfs,
+    /// whose sizes the study computes: an ENOSPC there is a failure.
+    pub out_of_space: bool,
     /// Per trial: operations per second of the workload's timed phase.
     pub throughput: Vec<f64>,
     pub throughput_summary: Option<Summary>,
@@ -242,6 +248,19 @@ pub struct TierCounters {
 impl Cell {
     pub fn measured(&self) -> bool {
         self.unavailable.is_none() && !self.write_sectors.is_empty()
+    }
+    /// Not measured for a reason that fails the run (not [`Cell::out_of_space`]).
+    pub fn failed(&self) -> bool {
+        self.unavailable.is_some() && !self.out_of_space
+    }
+    /// What the tables say instead of numbers when the cell was not measured.
+    pub fn not_measured(&self) -> Option<String> {
+        let why = self.unavailable.as_ref()?;
+        Some(if self.out_of_space {
+            format!("out of space at this level: {why}")
+        } else {
+            format!("not measured: {why}")
+        })
     }
     /// The first trial's write traffic in sectors.
     pub fn sectors(&self) -> Option<u64> {

@@ -441,10 +441,10 @@ fn markdown(
     }
     s += "\n## Results\n\n| workload | level | target | SSD | utilisation | ops/s (95% CI) | sectors written | FAST erases | FAST cost ms | page erases | page cost ms | cleaned extents | efficiency |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for cell in &result.cells {
-        if let Some(why) = &cell.unavailable {
+        if let Some(why) = cell.not_measured() {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | not measured: {} |||||||||",
+                "| {} | {} | {} | {} | {} |||||||||",
                 cell.workload,
                 cell.level,
                 cell.target,
@@ -544,12 +544,8 @@ pub fn format_table(result: &StudyResult) -> String {
         "workload", "level", "target", "ops/s", "sectors", "FAST er", "page er", "util"
     );
     for c in &result.cells {
-        if let Some(why) = &c.unavailable {
-            let _ = writeln!(
-                s,
-                "{:<11} {:<7} {:<7} not measured: {why}",
-                c.workload, c.level, c.target
-            );
+        if let Some(why) = c.not_measured() {
+            let _ = writeln!(s, "{:<11} {:<7} {:<7} {why}", c.workload, c.level, c.target);
             continue;
         }
         let e = |k| c.ftl(k).map_or(0, |r| r.counters.erases);

@@ -3,6 +3,7 @@ use super::findings::check_all;
 use super::*;
 use crate::ftl::trace::{Op, Record};
 use crate::study::findings::Verdict;
+use std::io;
 
 fn write(sector: u64, sectors: u32) -> Record {
     Record {
@@ -96,6 +97,7 @@ fn cell(workload: &'static str, level: &'static str, target: &str, sectors: u64)
         ssd_bytes: 64 << 20,
         filler_bytes: 0,
         unavailable: None,
+        out_of_space: false,
         throughput: vec![100.0, 101.0, 99.0],
         throughput_summary: crate::stats::Summary::of(&[100.0, 101.0, 99.0]),
         write_sectors: vec![sectors],
@@ -144,6 +146,32 @@ fn traffic_finding_compares_every_cell() {
     let n = &check_all(&r)[3];
     assert_eq!(n.verdict, Verdict::NotMeasured);
     assert!(n.measured.contains("no kernel support"), "{}", n.measured);
+}
+
+#[test]
+fn a_full_kernel_file_system_is_a_result_and_other_errors_fail() {
+    let enospc = io::Error::from_raw_os_error(libc::ENOSPC);
+    // Postmark's and Filebench's errors name the operation but keep the kind.
+    let wrapped = io::Error::new(enospc.kind(), format!("write s9/1246: {enospc}"));
+    assert!(experiments::ran_out_of_space("btrfs", &enospc));
+    assert!(experiments::ran_out_of_space("btrfs", &wrapped));
+    assert!(!experiments::ran_out_of_space("nvmfs", &enospc));
+    let eio = io::Error::from_raw_os_error(libc::EIO);
+    assert!(!experiments::ran_out_of_space("btrfs", &eio));
+    let mut full = cell("iozone", "high", "btrfs", 0);
+    full.write_sectors.clear();
+    full.unavailable = Some(format!("trial 1: {wrapped}"));
+    full.out_of_space = true;
+    let mut broken = full.clone();
+    broken.target = "ext4".into();
+    broken.out_of_space = false;
+    assert!(!full.failed() && broken.failed());
+    let table = report::format_table(&result(vec![full, broken]));
+    assert!(
+        table.contains("btrfs   out of space at this level: trial 1: write s9/1246"),
+        "{table}"
+    );
+    assert!(table.contains("ext4    not measured: trial 1"), "{table}");
 }
 
 #[test]
@@ -264,6 +292,9 @@ fn erase_ratios_skip_cells_where_neither_erased_and_flag_only_nvmfs() {
 /// it. A generous limit: other tests of this process run meanwhile.
 #[test]
 fn budget_enters_a_limited_cgroup_and_leaves_it() {
+    // The whole process enters the cgroup: no test that provisions (shm images, loop
+    // devices) may run meanwhile.
+    let _turn = crate::study::tests::provisioning_turn();
     let b = match experiments::budget::Budget::enter(1 << 30) {
         Ok(b) => b,
         Err(why) => {
@@ -275,6 +306,30 @@ fn budget_enters_a_limited_cgroup_and_leaves_it() {
     assert!(inside.contains("/nvmfs-lab-"), "{inside}");
     let note = b.leave();
     assert!(note.contains("limit 1024 MiB"), "{note}");
+    let after = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    assert!(!after.contains("/nvmfs-lab-"), "{after}");
+    // The process's own memory does not count against the budget: 320 MiB of it inside a
+    // 256 MiB budget (touched 8 MiB at a time, slower than the watcher follows). Without the
+    // watcher the cgroup would OOM-kill this test process.
+    let b = experiments::budget::Budget::enter(256 << 20).unwrap();
+    let mut chunks = Vec::new();
+    for _ in 0..40 {
+        chunks.push(vec![0x5Au8; 8 << 20]);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(
+        chunks.iter().map(|c| c[4096] as usize).sum::<usize>(),
+        40 * 0x5A
+    );
+    let note = b.leave();
+    drop(chunks);
+    let anon_peak: f64 = note
+        .split("anonymous memory (peak ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no anonymous peak in {note}"));
+    assert!(anon_peak >= 300.0, "{note}");
     let after = std::fs::read_to_string("/proc/self/cgroup").unwrap();
     assert!(!after.contains("/nvmfs-lab-"), "{after}");
 }
