@@ -24,12 +24,16 @@ const HOLE_FILLS_PER_TX: usize = 200;
 #[derive(Clone, Debug)]
 pub struct TranslationCache {
     entries: [(u32, u64); CACHE_ENTRIES],
+    /// The handle's scratch list of the blocks a write claims, kept between writes: an
+    /// allocation and a free per append cost more than the append's bookkeeping.
+    claims: Vec<NewBlock>,
 }
 
 impl Default for TranslationCache {
     fn default() -> Self {
         TranslationCache {
             entries: [(u32::MAX, u64::MAX); CACHE_ENTRIES],
+            claims: Vec::new(),
         }
     }
 }
@@ -210,7 +214,8 @@ impl Inner {
             self.zero_range(ino, &mut i, size, off, cache)?;
         }
         let map_end = i.map_end();
-        let mut claims: Vec<(Claim, u32)> = Vec::new();
+        let mut claims = std::mem::take(&mut cache.claims);
+        claims.clear();
         let mut done = 0usize;
         let mut err = None;
         for Piece {
@@ -264,6 +269,8 @@ impl Inner {
             self.tier_filled(ino, &claims);
             self.tier_after_write(ino);
         }
+        claims.clear();
+        cache.claims = claims;
         Ok((done, new_size))
     }
 
@@ -304,12 +311,12 @@ impl Inner {
             return;
         }
         let (inside, outside) = split_hole_fills(i, claims);
-        let uncovered = self.publish_uncovered(ino, &outside);
+        let uncovered = self.publish_uncovered(ino, outside);
         crate::hook::at(crate::hook::Point::Published);
         if !inside.is_empty() {
             let mut i = i.clone();
             let added = outside.len() as u64;
-            self.commit_hole_fills(ino, &mut i, &inside, |i| {
+            self.commit_hole_fills(ino, &mut i, inside, |i| {
                 i.blocks = i.blocks.saturating_add(added);
                 i.size = new_size;
                 i.mtime_ns = now;
@@ -546,10 +553,10 @@ impl Inner {
         // Blocks past EOF are exposed only by the size or falloc_end the last transaction
         // commits, so they are published directly (recovery frees them if it never commits).
         let (inside, outside) = split_hole_fills(&i, &claims);
-        let uncovered = self.publish_uncovered(ino, &outside);
+        let uncovered = self.publish_uncovered(ino, outside);
         let now = now_ns();
         let added = outside.len() as u64;
-        self.commit_hole_fills(ino, &mut i, &inside, |i| {
+        self.commit_hole_fills(ino, &mut i, inside, |i| {
             i.blocks = i.blocks.saturating_add(added);
             if !keep && end > i.size {
                 i.size = end;
@@ -645,9 +652,12 @@ impl Drop for Uncovered<'_> {
 /// Splits new blocks into those below the inode's old `map_end` (holes inside EOF or inside
 /// preallocated space: recovery keeps such mappings, so they must commit atomically with the
 /// inode) and those past it (recovery frees them as strays if the inode never commits).
-fn split_hole_fills(i: &Inode, claims: &[NewBlock]) -> (Vec<NewBlock>, Vec<NewBlock>) {
+/// `claims` are in ascending logical order (both callers claim front to back), so the split
+/// is a prefix and a suffix.
+fn split_hole_fills<'a>(i: &Inode, claims: &'a [NewBlock]) -> (&'a [NewBlock], &'a [NewBlock]) {
+    debug_assert!(claims.is_sorted_by_key(|&(_, l)| l));
     let limit = i.map_end();
-    claims.iter().partition(|&&(_, l)| (l as u64) < limit)
+    claims.split_at(claims.partition_point(|&(_, l)| (l as u64) < limit))
 }
 
 pub(super) fn check_regular(i: &Inode) -> io::Result<()> {
