@@ -11,6 +11,8 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 const STRIPES: usize = 4096;
 const OPEN_SHARDS: usize = 64;
+/// Rounds a writer spins on a held stripe before it waits in the lock (a few microseconds).
+const WRITE_SPINS: usize = 256;
 
 pub struct Stripes {
     locks: Vec<Padded>,
@@ -49,7 +51,22 @@ impl Stripes {
     }
 
     pub fn write(&self, ino: u32) -> RwLockWriteGuard<'_, ()> {
-        self.locks[Self::index(ino)].0.write()
+        let lock = &self.locks[Self::index(ino)].0;
+        // A writer holds a stripe for about a microsecond at most (a 4 KiB overwrite: well
+        // under one), so waiting one out by spinning beats parking: parking_lot parks after
+        // a few rounds, and the futex wake-up then costs tens of microseconds on a virtual
+        // machine, while the holder, its lock free again, takes it back for its next write.
+        // Two threads overwriting one file got 0.8x of one thread's rate that way (p99 21
+        // us), 1.1x spinning (p99 1.5 us).
+        for _ in 0..WRITE_SPINS {
+            if !lock.is_locked() {
+                if let Some(g) = lock.try_write() {
+                    return g;
+                }
+            }
+            std::hint::spin_loop();
+        }
+        lock.write()
     }
 
     /// A set of stripes to take without waiting (see `TryStripes`); the stripe of `held`,
