@@ -108,6 +108,26 @@ pub(crate) fn tick_start_ns() -> i64 {
     clock_ns(libc::CLOCK_REALTIME_COARSE)
 }
 
+/// One tick of the coarse clock (its resolution, asked once): a jiffy, 1-10 ms.
+pub(crate) fn tick_ns() -> i64 {
+    static TICK: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *TICK.get_or_init(|| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_getres writes the struct we pass.
+        let ok = unsafe { libc::clock_getres(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0;
+        let ns = ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
+        // Without an answer, a zero-length tick makes every overwrite stamp (exact times).
+        if ok {
+            ns.max(0)
+        } else {
+            0
+        }
+    })
+}
+
 fn clock_ns(clock: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
