@@ -3,6 +3,7 @@
 //! and the round-robin picking of `fileset_pick`.
 
 use super::gamma;
+use super::index_set::IndexSet;
 use serde::{Deserialize, Serialize};
 
 /// The most entries filebench allows in one fileset.
@@ -233,6 +234,11 @@ pub struct PickState {
     /// Picked and not yet released (a create or delete in progress).
     busy: Vec<bool>,
     open_count: Vec<u32>,
+    /// The entries each kind of pick may take now (idle and suitable), kept in step with
+    /// the three vectors above by `refresh`: a pick is then a few word reads, not a scan.
+    idle_existing: IndexSet,
+    idle_closed: IndexSet,
+    idle_absent: IndexSet,
     exist_rotor: usize,
     absent_rotor: usize,
     exist_count: usize,
@@ -252,16 +258,25 @@ pub enum PickKind {
 impl PickState {
     pub fn new(fileset: &Fileset) -> Self {
         let exists: Vec<bool> = fileset.files.iter().map(|f| f.prealloc).collect();
-        let exist_count = exists.iter().filter(|e| **e).count();
+        Self::with_exists(&exists)
+    }
+
+    /// Every entry idle and closed; entry i exists when `exists[i]`.
+    pub fn with_exists(exists: &[bool]) -> Self {
         let n = exists.len();
-        PickState {
-            exists,
+        let mut p = PickState {
+            exists: exists.to_vec(),
             busy: vec![false; n],
             open_count: vec![0; n],
+            idle_existing: IndexSet::new(n),
+            idle_closed: IndexSet::new(n),
+            idle_absent: IndexSet::new(n),
             exist_rotor: 0,
             absent_rotor: 0,
-            exist_count,
-        }
+            exist_count: exists.iter().filter(|e| **e).count(),
+        };
+        (0..n).for_each(|i| p.refresh(i));
+        p
     }
 
     pub fn exist_count(&self) -> usize {
@@ -284,20 +299,30 @@ impl PickState {
     /// wrapping; the rotor moves past it. Existing-file picks share one
     /// rotor, creates use another. The entry comes back busy.
     pub fn pick(&mut self, kind: PickKind) -> Option<usize> {
-        let n = self.exists.len();
-        let rotor = match kind {
-            PickKind::Absent => self.absent_rotor,
-            _ => self.exist_rotor,
+        let (set, rotor) = match kind {
+            PickKind::Absent => (&self.idle_absent, self.absent_rotor),
+            PickKind::Existing => (&self.idle_existing, self.exist_rotor),
+            PickKind::ExistingClosed => (&self.idle_closed, self.exist_rotor),
         };
-        let found = (0..n)
-            .map(|k| (rotor + k) % n)
-            .find(|&i| self.suits(i, kind))?;
+        let found = set.first_from(rotor)?;
+        debug_assert!(self.suits(found, kind));
         match kind {
             PickKind::Absent => self.absent_rotor = found + 1,
             _ => self.exist_rotor = found + 1,
         }
         self.busy[found] = true;
+        self.refresh(found);
         Some(found)
+    }
+
+    /// Brings entry `i`'s bits in the idle sets in line with its state.
+    fn refresh(&mut self, i: usize) {
+        let idle = !self.busy[i];
+        let exists = self.exists[i];
+        self.idle_existing.set(i, idle && exists);
+        self.idle_closed
+            .set(i, idle && exists && self.open_count[i] == 0);
+        self.idle_absent.set(i, idle && !exists);
     }
 
     fn suits(&self, i: usize, kind: PickKind) -> bool {
@@ -330,11 +355,13 @@ impl PickState {
         }
         self.open_count[i] = self.open_count[i].saturating_add_signed(open_delta);
         self.busy[i] = false;
+        self.refresh(i);
     }
 
     /// A close: one fewer open handle.
     pub fn closed(&mut self, i: usize) {
         self.open_count[i] = self.open_count[i].saturating_sub(1);
+        self.refresh(i);
     }
 
     /// Why a pick of `kind` failed, for "stopped early" messages.
@@ -459,14 +486,58 @@ mod tests {
     }
 
     fn picks_with(exists: &[bool]) -> PickState {
-        let n = exists.len();
-        PickState {
-            exists: exists.to_vec(),
-            busy: vec![false; n],
-            open_count: vec![0; n],
-            exist_rotor: 0,
-            absent_rotor: 0,
-            exist_count: exists.iter().filter(|e| **e).count(),
+        PickState::with_exists(exists)
+    }
+
+    /// The pick as a scan of every entry from the rotor: what `pick` must return.
+    fn scanned_pick(p: &PickState, kind: PickKind) -> Option<usize> {
+        let n = p.len();
+        let rotor = match kind {
+            PickKind::Absent => p.absent_rotor,
+            _ => p.exist_rotor,
+        };
+        (0..n).map(|k| (rotor + k) % n).find(|&i| p.suits(i, kind))
+    }
+
+    /// Random picks, releases and closes, as the engine's threads make them: every pick is
+    /// the scan's answer.
+    #[test]
+    fn picks_match_a_scan_of_every_entry() {
+        let mut rng = fastrand::Rng::with_seed(3);
+        for n in [1, 5, 64, 130, 1000] {
+            let exists: Vec<bool> = (0..n).map(|_| rng.u32(0..100) < 80).collect();
+            let mut p = PickState::with_exists(&exists);
+            let mut busy: Vec<(usize, PickKind)> = Vec::new();
+            let mut open: Vec<usize> = Vec::new();
+            for _ in 0..20_000 {
+                match rng.u32(0..4) {
+                    0 if !busy.is_empty() => {
+                        let (i, kind) = busy.swap_remove(rng.usize(0..busy.len()));
+                        match kind {
+                            PickKind::Absent => p.release(i, true, 0),
+                            PickKind::ExistingClosed => p.release(i, false, 0),
+                            PickKind::Existing if rng.bool() => {
+                                open.push(i);
+                                p.release(i, true, 1)
+                            }
+                            PickKind::Existing => p.release(i, true, 0),
+                        }
+                    }
+                    1 if !open.is_empty() => p.closed(open.swap_remove(rng.usize(0..open.len()))),
+                    _ => {
+                        let kind = [
+                            PickKind::Existing,
+                            PickKind::ExistingClosed,
+                            PickKind::Absent,
+                        ][rng.usize(0..3)];
+                        let want = scanned_pick(&p, kind);
+                        assert_eq!(p.pick(kind), want, "{n} entries, {kind:?}");
+                        if let Some(i) = want {
+                            busy.push((i, kind));
+                        }
+                    }
+                }
+            }
         }
     }
 

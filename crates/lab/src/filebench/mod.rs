@@ -11,6 +11,7 @@
 pub mod engine;
 pub mod fileset;
 mod gamma;
+mod index_set;
 pub mod personality;
 pub mod sem;
 pub mod stats;
