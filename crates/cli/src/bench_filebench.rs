@@ -410,10 +410,14 @@ fn on_progress(p: Progress<'_>) {
         Progress::Setup(msg) => eprintln!("  {msg}"),
         Progress::Trial { .. } => {}
         Progress::TrialDone(t) => eprintln!(
-            "  trial {}: {:.0} ops/s in {:.2} s{}{}",
+            "  trial {}: {:.0} ops/s in {:.2} s{}{}{}",
             t.index + 1,
             t.summary.ops_per_sec,
             t.seconds,
+            t.cpu
+                .core_link_ns
+                .map(|ns| format!(", CPU link {ns:.0} ns"))
+                .unwrap_or_default(),
             if t.discarded { " (discarded)" } else { "" },
             t.stopped_early
                 .as_deref()

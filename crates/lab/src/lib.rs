@@ -9,6 +9,7 @@
 
 pub mod aim7;
 pub mod chart;
+pub mod core_link;
 pub mod db;
 pub mod filebench;
 pub mod ftl;

@@ -150,6 +150,10 @@ pub struct CpuTimes {
     /// Busy fraction of all CPUs of the machine (from /proc/stat), which
     /// includes kernel threads such as journal and writeback workers.
     pub machine_busy_fraction: Option<f64>,
+    /// A cache line's round trip between two CPUs, measured just after the trial
+    /// (`core_link`): where the host placed the virtual CPUs, which moves shared-line costs.
+    #[serde(default)]
+    pub core_link_ns: Option<f64>,
 }
 
 /// Runs one trial of `workload`: every thread of every group.
@@ -187,7 +191,7 @@ where
         failed: Mutex::new(None),
         any_stop: AtomicBool::new(false),
     };
-    let (per_thread, seconds, cpu) = std::thread::scope(|s| {
+    let (per_thread, seconds, mut cpu) = std::thread::scope(|s| {
         let handles: Vec<_> = threads
             .iter()
             .enumerate()
@@ -208,6 +212,8 @@ where
             .collect();
         (per_thread, seconds, cpu)
     });
+    // After the threads are gone, so that nothing else competes for the two CPUs.
+    cpu.core_link_ns = crate::core_link::round_trip_ns();
     if let Some(e) = shared
         .failed
         .into_inner()
@@ -776,6 +782,7 @@ impl CpuSample {
             user_seconds: later.user - self.user,
             system_seconds: later.system - self.system,
             machine_busy_fraction: busy,
+            core_link_ns: None,
         }
     }
 }

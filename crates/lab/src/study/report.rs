@@ -195,6 +195,7 @@ pub fn write_all(result: &StudyResult, env: &Environment) -> io::Result<Written>
     put(&mut w, "results.csv", csv)?;
     let charts = write_charts(result, &dir, &mut w.notes)?;
     w.files.extend(charts.iter().cloned());
+    w.notes.extend(core_link_note(result));
     let md = markdown(result, env, &w.rows, &w.findings, &charts, &w.notes);
     put(&mut w, "report.md", md)?;
     Ok(w)
@@ -224,9 +225,33 @@ pub(crate) fn csv_field(s: &str) -> String {
     }
 }
 
+/// The spread of the CPU-to-CPU cache-line round trip measured after each Filebench trial,
+/// when it moved enough to matter (the slowest above 1.5x the fastest).
+fn core_link_note(result: &StudyResult) -> Option<String> {
+    let links: Vec<f64> = result
+        .cells
+        .iter()
+        .filter_map(|c| c.result.as_ref().and_then(|r| r.filebench()))
+        .flat_map(|r| r.trials.iter().filter_map(|t| t.cpu.core_link_ns))
+        .collect();
+    let min = links.iter().copied().reduce(f64::min)?;
+    let max = links.iter().copied().reduce(f64::max)?;
+    let far = links.iter().filter(|&&ns| ns > 1.5 * min).count();
+    (max > 1.5 * min).then(|| {
+        format!(
+            "the CPU-to-CPU cache-line round trip measured after each Filebench trial moved \
+             between {min:.0} and {max:.0} ns ({far} of {} trials above 1.5x the fastest): \
+             the host placed the CPUs differently during the run, and threads that share \
+             cache lines (locks, counters, the fileset's pick state) run slower in those \
+             trials; `core_link_ns` in trials.csv tells which",
+            links.len()
+        )
+    })
+}
+
 fn trials_csv(result: &StudyResult) -> String {
     let mut s = String::from(
-        "workload,target,trial,discarded,remounted,seconds,ops,ops_per_sec,mb_per_sec,reads_per_sec,writes_per_sec,ms_per_op,cpu_user_s,cpu_system_s,machine_busy,stopped_early\n",
+        "workload,target,trial,discarded,remounted,seconds,ops,ops_per_sec,mb_per_sec,reads_per_sec,writes_per_sec,ms_per_op,cpu_user_s,cpu_system_s,machine_busy,core_link_ns,stopped_early\n",
     );
     for c in &result.cells {
         if let Some(d) = c.result.as_ref().and_then(|r| r.database()) {
@@ -249,7 +274,7 @@ fn trials_csv(result: &StudyResult) -> String {
         for t in &r.trials {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{:.4},{},{:.2},{:.3},{:.2},{:.2},{:.5},{:.4},{:.4},{},{}",
+                "{},{},{},{},{},{:.4},{},{:.2},{:.3},{:.2},{:.2},{:.5},{:.4},{:.4},{},{},{}",
                 c.workload,
                 c.target,
                 t.index,
@@ -265,6 +290,9 @@ fn trials_csv(result: &StudyResult) -> String {
                 t.cpu.user_seconds,
                 t.cpu.system_seconds,
                 opt(t.cpu.machine_busy_fraction),
+                t.cpu
+                    .core_link_ns
+                    .map_or(String::new(), |ns| format!("{ns:.0}")),
                 csv_field(t.stopped_early.as_deref().unwrap_or("")),
             );
         }
@@ -284,7 +312,7 @@ fn other_trial_csv(
 ) {
     let _ = writeln!(
         s,
-        "{},{},{},{},{},{:.4},{},{:.2},{},,,,,,,",
+        "{},{},{},{},{},{:.4},{},{:.2},{},,,,,,,,",
         c.workload,
         c.target,
         index,

@@ -106,9 +106,28 @@ fn study_runs_and_writes_its_results_directory() {
     // trials.csv: a header and one row per trial (2 per cell).
     let csv = std::fs::read_to_string(cfg.out_dir.join("trials.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 4 * 2);
+    assert_trials_csv_shape(&csv);
     let md = std::fs::read_to_string(cfg.out_dir.join("report.md")).unwrap();
     assert!(md.contains("## Findings of the paper, checked"));
     assert!(!w.findings.is_empty());
+}
+
+/// Every row of trials.csv has the header's columns, and `core_link_ns` is empty or a
+/// positive number of nanoseconds.
+fn assert_trials_csv_shape(csv: &str) {
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let link = header
+        .iter()
+        .position(|h| *h == "core_link_ns")
+        .expect("a core_link_ns column");
+    for line in csv.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), header.len(), "{line}");
+        assert!(
+            f[link].is_empty() || f[link].parse::<f64>().is_ok_and(|ns| ns > 0.0),
+            "{line}"
+        );
+    }
 }
 
 #[test]
@@ -303,6 +322,7 @@ fn database_cells_run_check_their_databases_and_report_latency() {
     assert!(md.contains("YCSB latency at a fixed offered load"), "{md}");
     let trials = std::fs::read_to_string(cfg.out_dir.join("trials.csv")).unwrap();
     assert_eq!(trials.lines().count(), 1 + 3 * 2 * 2);
+    assert_trials_csv_shape(&trials);
 }
 
 /// Seed 001's cell kinds, shrunk: filemark at two thread counts, pgmeter at two outstanding
