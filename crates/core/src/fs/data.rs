@@ -81,15 +81,21 @@ pub(crate) fn pieces(off: u64, len: usize) -> impl Iterator<Item = Piece> {
 }
 
 /// True when the inode's mtime and ctime were both stamped during the current tick of the
-/// coarse clock ([tick start, tick start + one tick)). An overwrite then leaves them as they
-/// are, as Linux's coarse inode clock does: times are exact to one tick, and most overwrites
-/// skip storing and writing back the inode's line. Only the coarse clock is read: the precise
-/// one costs 45-60 ns a call on this kind of virtual machine, a quarter of a 4 KiB durable
-/// store. A time set more than one tick into the future is outside the window, so the next
-/// write stamps it.
+/// coarse clock. An overwrite then leaves them as they are, as Linux's coarse inode clock
+/// does: times are exact to one tick, and most overwrites skip storing and writing back the
+/// inode's line. The coarse clock alone usually decides (both times in [tick start, tick start
+/// + one tick)): the precise clock costs 45-60 ns a call on this kind of virtual machine, a
+/// quarter of a 4 KiB durable store. When the coarse clock lags by more than its resolution
+/// (a busy or tickless CPU), stamps taken this tick lie past that window, and the precise
+/// clock decides as before: both times in [tick start, now]. A time set into the future by
+/// more than one tick is in neither window, so the next write stamps it.
 fn stamped_this_tick(i: &Inode) -> bool {
     let start = tick_start_ns();
-    let tick = start..start.saturating_add(tick_ns());
+    let window = start..start.saturating_add(tick_ns());
+    if window.contains(&i.mtime_ns) && window.contains(&i.ctime_ns) {
+        return true;
+    }
+    let tick = start..=now_ns();
     tick.contains(&i.mtime_ns) && tick.contains(&i.ctime_ns)
 }
 
