@@ -83,8 +83,8 @@ pub(crate) fn pieces(off: u64, len: usize) -> impl Iterator<Item = Piece> {
 /// True when the inode's mtime and ctime were both stamped during the current tick of the
 /// coarse clock. An overwrite then leaves them as they are, as Linux's coarse inode clock
 /// does: times are exact to one tick, and most overwrites skip storing and writing back the
-/// inode's line. The coarse clock alone usually decides (both times in [tick start, tick start
-/// + one tick)): the precise clock costs 45-60 ns a call on this kind of virtual machine, a
+/// inode's line. The coarse clock alone usually decides (both times from the tick's start to
+/// one tick later): the precise clock costs 45-60 ns a call on this kind of virtual machine, a
 /// quarter of a 4 KiB durable store. When the coarse clock lags by more than its resolution
 /// (a busy or tickless CPU), stamps taken this tick lie past that window, and the precise
 /// clock decides as before: both times in [tick start, now]. A time set into the future by
