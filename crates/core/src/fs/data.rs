@@ -80,38 +80,29 @@ pub(crate) fn pieces(off: u64, len: usize) -> impl Iterator<Item = Piece> {
     })
 }
 
-/// True when the inode's mtime and ctime were both stamped during the current tick of the
-/// coarse clock. An overwrite then leaves them as they are, as Linux's coarse inode clock
-/// does: times are exact to one tick, and most overwrites skip storing and writing back the
-/// inode's line. The coarse clock alone usually decides (both times from the tick's start to
-/// one tick later): the precise clock costs 45-60 ns a call on this kind of virtual machine, a
-/// quarter of a 4 KiB durable store. When the coarse clock lags by more than its resolution
-/// (a busy or tickless CPU), stamps taken this tick lie past that window, and the precise
-/// clock decides as before: both times in [tick start, now]. A time set into the future by
-/// more than one tick is in neither window, so the next write stamps it.
-fn stamped_this_tick(i: &Inode) -> bool {
+/// The time an overwrite stamps as mtime and ctime, or None when both were already stamped
+/// during the current tick of the coarse clock. An overwrite then leaves them as they are, as
+/// Linux's coarse inode clock does: times are exact to one tick, and most overwrites skip
+/// storing and writing back the inode's line. The coarse clock alone usually decides (both
+/// times from the tick's start to one tick later): the precise clock costs 45-60 ns a call on
+/// this kind of virtual machine, a quarter of a 4 KiB durable store. When the coarse clock lags
+/// by more than its resolution (a busy or tickless CPU), stamps taken this tick lie past that
+/// window, and the precise clock decides as before: both times in [tick start, now]; its
+/// reading is then the stamp. A time set into the future by more than one tick is in neither
+/// window, so the next write stamps it.
+fn overwrite_stamp(i: &Inode) -> Option<i64> {
     let start = tick_start_ns();
     let window = start..start.saturating_add(tick_ns());
     if window.contains(&i.mtime_ns) && window.contains(&i.ctime_ns) {
-        return true;
+        return None;
     }
-    let tick = start..=now_ns();
-    tick.contains(&i.mtime_ns) && tick.contains(&i.ctime_ns)
+    let now = now_ns();
+    let tick = start..=now;
+    let stamped = tick.contains(&i.mtime_ns) && tick.contains(&i.ctime_ns);
+    (!stamped).then_some(now)
 }
 
 impl Inner {
-    /// Starts loading the hash slot that translates `off`'s block when the handle's cache
-    /// has no translation for it, before the stripe lock and the inode are taken: a random
-    /// block's slot is a cache miss, and this overlaps it with that work instead of waiting
-    /// for it after.
-    #[inline]
-    fn prefetch_translation(&self, ino: u32, off: u64, cache: &TranslationCache) {
-        let lblk = (off / BLOCK_SIZE) as u32;
-        if cache.get(lblk).is_none() {
-            self.map.prefetch(&self.pm, ino, lblk);
-        }
-    }
-
     #[inline]
     fn translate(&self, ino: u32, lblk: u32, cache: &mut TranslationCache) -> Option<u64> {
         if let Some(p) = cache.get(lblk) {
@@ -150,7 +141,6 @@ impl Inner {
         cache: &mut TranslationCache,
         cold: &mut super::tiered::ColdBlocks,
     ) -> io::Result<usize> {
-        self.prefetch_translation(ino, off, cache);
         let _g = self.stripes.read(ino);
         let i = self.inode(ino)?;
         check_regular(&i)?;
@@ -218,9 +208,6 @@ impl Inner {
         cache: &mut TranslationCache,
     ) -> io::Result<(usize, u64)> {
         self.check_writable()?;
-        if !append {
-            self.prefetch_translation(ino, off, cache);
-        }
         let _g = self.stripes.write(ino);
         let mut i = self.inode(ino)?;
         check_regular(&i)?;
@@ -321,15 +308,15 @@ impl Inner {
 
     /// Publishes new blocks and records size, block count and times. An overwrite in place
     /// needs one fence (data and times together; times only when the clock tick moved since
-    /// they were last stamped, see `stamped_this_tick`). A write that maps blocks past EOF or grows
+    /// they were last stamped, see `overwrite_stamp`). A write that maps blocks past EOF or grows
     /// the file fences the data and mappings first, then stores the size that exposes them
     /// (recovery frees mapped blocks past EOF). A write that fills holes inside EOF commits
     /// those mappings with the inode in a journal transaction (see `commit_hole_fills`).
     fn publish_and_stamp(&self, ino: u32, i: &Inode, claims: &[(Claim, u32)], new_size: u64) {
         let base = self.geo.inode_off(ino as u64);
         if claims.is_empty() && new_size == i.size {
-            if !stamped_this_tick(i) {
-                self.stamp_times(ino, now_ns());
+            if let Some(now) = overwrite_stamp(i) {
+                self.stamp_times(ino, now);
             }
             self.pm.fence();
             return;

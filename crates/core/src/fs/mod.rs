@@ -112,16 +112,12 @@ pub(crate) fn tick_start_ns() -> i64 {
 pub(crate) fn tick_ns() -> i64 {
     static TICK: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
     *TICK.get_or_init(|| {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
+        let mut ts = zero_timespec();
         // SAFETY: clock_getres writes the struct we pass.
         let ok = unsafe { libc::clock_getres(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0;
-        let ns = ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
         // Without an answer, a zero-length tick makes every overwrite stamp (exact times).
         if ok {
-            ns.max(0)
+            timespec_ns(ts).max(0)
         } else {
             0
         }
@@ -129,12 +125,20 @@ pub(crate) fn tick_ns() -> i64 {
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = zero_timespec();
     // SAFETY: clock_gettime writes the struct we pass.
     unsafe { libc::clock_gettime(clock, &mut ts) };
+    timespec_ns(ts)
+}
+
+fn zero_timespec() -> libc::timespec {
+    libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    }
+}
+
+fn timespec_ns(ts: libc::timespec) -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 

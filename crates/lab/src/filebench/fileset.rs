@@ -485,10 +485,6 @@ mod tests {
         assert!(e.contains("prealloc"), "{e}");
     }
 
-    fn picks_with(exists: &[bool]) -> PickState {
-        PickState::with_exists(exists)
-    }
-
     /// The pick as a scan of every entry from the rotor: what `pick` must return.
     fn scanned_pick(p: &PickState, kind: PickKind) -> Option<usize> {
         let n = p.len();
@@ -543,7 +539,7 @@ mod tests {
 
     #[test]
     fn picks_are_round_robin_and_skip_busy_and_open() {
-        let mut p = picks_with(&[true, false, true, true, false]);
+        let mut p = PickState::with_exists(&[true, false, true, true, false]);
         let a = p.pick(PickKind::Existing).unwrap();
         p.release(a, true, 1); // opened
         let b = p.pick(PickKind::Existing).unwrap();
