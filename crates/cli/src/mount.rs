@@ -122,6 +122,20 @@ pub fn run(args: &Args) -> u8 {
         }
     };
     let mountpoint = std::fs::canonicalize(&args.mountpoint).unwrap_or(args.mountpoint.clone());
+    if cfg.io_uring {
+        // Said here, before the fork, so that it reaches the terminal.
+        if shutdown.io_uring_granted() {
+            eprintln!(
+                "nvmfs mount: io_uring: requests are served from {} rings, one per CPU",
+                nvmfs_fuse::possible_cpus()
+            );
+        } else {
+            eprintln!(
+                "nvmfs mount: warning: {}",
+                nvmfs_fuse::io_uring_unavailable()
+            );
+        }
+    }
 
     if !foreground {
         let _ = io::stdout().flush();

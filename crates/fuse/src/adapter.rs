@@ -27,7 +27,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -45,7 +45,7 @@ use crate::options::MountConfig;
 
 const SHARDS: usize = 64;
 /// Largest read or write the kernel is told to send (it may send less).
-const MAX_IO: u32 = 1 << 20;
+pub(crate) const MAX_IO: u32 = 1 << 20;
 
 thread_local! {
     /// Each serving thread's read buffer, kept between requests: a fresh zeroed megabyte per
@@ -65,6 +65,10 @@ struct Shared {
     /// with ENOTCONN, as they would on an aborted connection).
     fs: RwLock<Option<Fs>>,
     pins: Vec<Mutex<HashMap<u64, Pin>>>,
+    /// Whether FUSE_INIT granted FUSE over io_uring (set in `init`).
+    uring_granted: AtomicBool,
+    /// Requests crate::uring has dispatched.
+    uring_served: Arc<AtomicU64>,
 }
 
 impl Shared {
@@ -96,6 +100,21 @@ impl Shared {
 pub struct Shutdown(Arc<Shared>);
 
 impl Shutdown {
+    /// Whether FUSE_INIT granted FUSE over io_uring (`-o io_uring` on a kernel offering it):
+    /// then the session serves requests from per-CPU rings once it runs.
+    pub fn io_uring_granted(&self) -> bool {
+        self.0.uring_granted.load(Ordering::Relaxed)
+    }
+
+    /// Requests served through the io_uring rings so far.
+    pub fn io_uring_requests(&self) -> u64 {
+        self.0.uring_served.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn io_uring_counter(&self) -> Arc<AtomicU64> {
+        self.0.uring_served.clone()
+    }
+
     /// True if this call shut the adapter down (false if it already was).
     pub fn shutdown(&self) -> bool {
         self.0.take().is_some()
@@ -111,6 +130,8 @@ pub struct NvmFuse {
     writeback_cache: bool,
     direct_io: bool,
     read_only: bool,
+    /// `io_uring`: ask FUSE_INIT for FUSE over io_uring (then crate::uring serves).
+    want_uring: bool,
 }
 
 /// errno for a core error: its raw errno, EIO for damaged media (logged), a best guess
@@ -188,6 +209,8 @@ impl NvmFuse {
         let shared = Arc::new(Shared {
             fs: RwLock::new(Some(fs)),
             pins: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            uring_granted: AtomicBool::new(false),
+            uring_served: Arc::new(AtomicU64::new(0)),
         });
         let a = NvmFuse {
             shared: shared.clone(),
@@ -197,6 +220,7 @@ impl NvmFuse {
             writeback_cache: cfg.writeback_cache,
             direct_io: cfg.direct_io,
             read_only: cfg.read_only,
+            want_uring: cfg.io_uring,
         };
         (a, Shutdown(shared))
     }
@@ -342,6 +366,10 @@ impl Filesystem for NvmFuse {
             } else {
                 warn!("writeback_cache: the kernel does not offer it; writes stay synchronous");
             }
+        }
+        if self.want_uring && caps.contains(InitFlags::FUSE_OVER_IO_URING) {
+            want |= InitFlags::FUSE_OVER_IO_URING;
+            self.shared.uring_granted.store(true, Ordering::Relaxed);
         }
         let _ = config.add_capabilities(want & caps);
         Ok(())

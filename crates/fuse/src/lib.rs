@@ -5,13 +5,18 @@
 
 mod adapter;
 pub mod options;
+mod uring;
 
 use std::io;
+use std::os::fd::AsFd;
 use std::path::Path;
+
+use log::{info, warn};
 
 pub use adapter::{NvmFuse, Shutdown};
 pub use fuser;
 pub use options::{MountConfig, OptionError, OPTION_NAMES};
+pub use uring::possible_cpus;
 
 /// Mounts `fs` on `mountpoint` and completes the FUSE handshake: when this returns the mount
 /// is live (requests wait until the session runs). `fsname` is the default source name shown
@@ -23,6 +28,35 @@ pub fn session(
     fsname: &str,
 ) -> io::Result<(fuser::Session<NvmFuse>, Shutdown)> {
     let (adapter, shutdown) = NvmFuse::new(fs, cfg);
-    let s = fuser::Session::new(adapter, mountpoint, &cfg.session_config(fsname))?;
+    let mut s = fuser::Session::new(adapter, mountpoint, &cfg.session_config(fsname))?;
+    if cfg.io_uring {
+        if shutdown.io_uring_granted() {
+            let fd = s.as_fd().try_clone_to_owned()?;
+            let served = shutdown.io_uring_counter();
+            info!(
+                "io_uring: serving FUSE requests on {} rings (one per CPU)",
+                uring::possible_cpus()
+            );
+            s.set_extra_transport(Box::new(move |d| {
+                uring::start(fd, d, adapter::MAX_IO as usize + 4096, served)
+            }));
+        } else {
+            warn!("{}", io_uring_unavailable());
+        }
+    }
     Ok((s, shutdown))
+}
+
+/// Why `-o io_uring` fell back to /dev/fuse reads (when the session's
+/// [`Shutdown::io_uring_granted`] is false).
+pub fn io_uring_unavailable() -> String {
+    let param = "/sys/module/fuse/parameters/enable_uring";
+    let why = match std::fs::read_to_string(param) {
+        Ok(v) if v.trim() == "N" => format!("it is off (as root: echo Y > {param})"),
+        Ok(_) => "the kernel did not offer it".to_string(),
+        Err(_) => "this kernel has no FUSE over io_uring (Linux 6.14+)".to_string(),
+    };
+    format!(
+        "io_uring: FUSE over io_uring is not available: {why}; requests are read from /dev/fuse"
+    )
 }

@@ -40,6 +40,10 @@ pub struct MountConfig {
     /// `direct_io`: bypass the kernel page cache for file data (every read and write goes to
     /// nvmfs; shared writable mmap is then refused by the kernel).
     pub direct_io: bool,
+    /// `io_uring`: serve requests over FUSE over io_uring (one ring per CPU) where the kernel
+    /// offers it (Linux 6.14+ with `/sys/module/fuse/parameters/enable_uring` on); otherwise
+    /// a warning says why, and requests are read from /dev/fuse.
+    pub io_uring: bool,
     /// `attr_timeout=SECS`: how long the kernel caches attributes (default 1).
     pub attr_timeout: Duration,
     /// `entry_timeout=SECS`: how long the kernel caches name lookups (default 1).
@@ -70,6 +74,7 @@ impl Default for MountConfig {
             dirsync: false,
             writeback_cache: false,
             direct_io: false,
+            io_uring: false,
             attr_timeout: Duration::from_secs(1),
             entry_timeout: Duration::from_secs(1),
             max_threads: cpus.clamp(2, 8),
@@ -93,7 +98,7 @@ impl std::error::Error for OptionError {}
 /// The option names `parse` accepts, for help texts.
 pub const OPTION_NAMES: &str = "ro, rw, allow_other, allow_root, default_permissions, \
     auto_unmount, fsname=NAME, subtype=NAME, ssd=PATH, dev, nodev, suid, nosuid, exec, noexec, atime, \
-    noatime, sync, async, dirsync, writeback_cache, direct_io, attr_timeout=SECS, \
+    noatime, sync, async, dirsync, writeback_cache, direct_io, io_uring, attr_timeout=SECS, \
     entry_timeout=SECS, max_threads=N, remount, nonempty, defaults, _netdev, nofail, auto, \
     noauto, relatime, nodiratime, x-*, comment=*";
 
@@ -164,6 +169,7 @@ impl MountConfig {
                 "dirsync" => flag(value).map(|_| self.dirsync = true)?,
                 "writeback_cache" => flag(value).map(|_| self.writeback_cache = true)?,
                 "direct_io" => flag(value).map(|_| self.direct_io = true)?,
+                "io_uring" => flag(value).map(|_| self.io_uring = true)?,
                 "attr_timeout" => self.attr_timeout = seconds(name, need(value)?)?,
                 "entry_timeout" => self.entry_timeout = seconds(name, need(value)?)?,
                 "max_threads" => {
