@@ -373,11 +373,29 @@ fn refuses_clearly() {
 /// program is on the image after recovery, and the image checks clean.
 #[test]
 fn kill_9_during_writes_keeps_acknowledged_data() {
-    if !fuse_available("kill_9_during_writes_keeps_acknowledged_data") {
+    if fuse_available("kill_9_during_writes_keeps_acknowledged_data") {
+        kill_9_during_writes(&[]);
+    }
+}
+
+/// The same over FUSE over io_uring: a write the ring's reply acknowledged is as durable.
+#[test]
+fn kill_9_during_writes_over_io_uring_keeps_acknowledged_data() {
+    const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+    let test = "kill_9_during_writes_over_io_uring_keeps_acknowledged_data";
+    if !fuse_available(test) {
         return;
     }
+    match fs::read_to_string(PARAM) {
+        Ok(v) if v.trim() == "Y" || (is_root() && fs::write(PARAM, "Y").is_ok()) => {}
+        _ => return eprintln!("skipping {test}: FUSE over io_uring is not available"),
+    }
+    kill_9_during_writes(&["-o", "io_uring"]);
+}
+
+fn kill_9_during_writes(opts: &[&str]) {
     let s = Setup::new();
-    let mut child = s.mount_foreground(&[]);
+    let mut child = s.mount_foreground(opts);
     const REC: usize = 4096 + 100;
     let record = |i: usize| {
         let mut r = vec![(i % 251) as u8; REC];
