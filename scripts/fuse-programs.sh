@@ -8,7 +8,8 @@
 # Builds nothing. Installs sqlite3, fio, postmark and git with apt-get when missing. The
 # image (1 GiB) lives in /dev/shm; it is unmounted and removed on exit, also on failure.
 # Environment: FIO_SIZE (default 384M a job), FIO_JOBS (2), POSTMARK_NUMBER (2000), POSTMARK_TRANSACTIONS (5000),
-# SQLITE_ROWS (10000), KEEP_LOGS=1 keeps the step logs. FSX=1 adds an fsx step (needs
+# SQLITE_ROWS (10000), KEEP_LOGS=1 keeps the step logs, MOUNT_OPTS=OPTS mounts with -o OPTS
+# (e.g. MOUNT_OPTS=io_uring: FUSE over io_uring). FSX=1 adds an fsx step (needs
 # `cargo install fsx`; scripts/fsx.toml, FSX_OPS operations (100000) for each of FSX_SEEDS
 # ("1 2 3"); about 4 minutes, so not run by default).
 set -euo pipefail
@@ -68,7 +69,7 @@ unmount_fs() {
 }
 
 mount_fs() {
-  "$nvmfs" mount "$img" "$mnt" && is_mounted
+  "$nvmfs" mount ${MOUNT_OPTS:+-o "$MOUNT_OPTS"} "$img" "$mnt" && is_mounted
 }
 
 cleanup() {
