@@ -92,7 +92,8 @@ pub struct Args {
     /// Results directory [default: results/NAME-<UTC time>]
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Only these targets (repeat): nvmfs, fuse:nvmfs, run:nvmfs (through the C library under
+    /// Only these targets (repeat): nvmfs, fuse:nvmfs, fuse-uring:nvmfs (FUSE over io_uring,
+    /// only when named), run:nvmfs (through the C library under
     /// nvmfs run, each workload in a child), ext2, ext3, ext3-writeback, ext3-journal, ext4,
     /// ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs, (linux-2002) reiserfs, jfs, or dir:PATH (a
     /// fresh subdirectory of a mounted directory) [default: the study's targets that are

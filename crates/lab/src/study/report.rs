@@ -628,6 +628,12 @@ fn forms_note(s: &mut String, forms: &[&str]) {
              trip to a server thread.",
         );
     }
+    if forms.contains(&super::targets::FUSE_URING_NAME) {
+        s.push_str(
+            " `fuse-uring:nvmfs` is that over FUSE over io_uring (`nvmfs mount -o io_uring`): one \
+             ring per CPU, each request answered on the CPU that asked.",
+        );
+    }
     if !forms.is_empty() {
         s.push('\n');
     }
@@ -647,10 +653,14 @@ fn markdown(
     s.push_str(&(result.study.intro)(result));
     let _ = writeln!(s, "## nvmfs against the best kernel variant\n");
     // The other forms of nvmfs get a ratio column each when they ran.
-    let forms: Vec<&str> = [super::targets::RUN_NAME, super::targets::FUSE_NAME]
-        .into_iter()
-        .filter(|f| rows.iter().any(|r| r.target == *f))
-        .collect();
+    let forms: Vec<&str> = [
+        super::targets::RUN_NAME,
+        super::targets::FUSE_NAME,
+        super::targets::FUSE_URING_NAME,
+    ]
+    .into_iter()
+    .filter(|f| rows.iter().any(|r| r.target == *f))
+    .collect();
     let _ = writeln!(
         s,
         "| workload | metric | nvmfs | best kernel | its rate | nvmfs / best |{}",

@@ -43,7 +43,10 @@ impl TargetEntry {
 #[derive(Debug, Clone)]
 enum Kind {
     Nvmfs,
-    Fuse,
+    /// Through FUSE: over /dev/fuse reads, or over io_uring rings.
+    Fuse {
+        io_uring: bool,
+    },
     /// nvmfs under `nvmfs run` in a child ([`super::run_nvmfs`]).
     Run,
     Kernel(kernel::Variant),
@@ -55,6 +58,10 @@ enum Kind {
 
 /// The FUSE target's name.
 pub const FUSE_NAME: &str = "fuse:nvmfs";
+
+/// The FUSE target served over FUSE over io_uring (`nvmfs mount -o io_uring`); run only when
+/// named.
+pub const FUSE_URING_NAME: &str = "fuse-uring:nvmfs";
 
 /// The name of nvmfs through the C library under `nvmfs run` (the LD_PRELOAD library).
 pub const RUN_NAME: &str = "run:nvmfs";
@@ -73,7 +80,7 @@ pub enum Runner {
 
 /// Whether `name` is nvmfs in one of its forms: in-process, through FUSE or under `nvmfs run`.
 pub fn is_nvmfs(name: &str) -> bool {
-    name == "nvmfs" || name == FUSE_NAME || name == RUN_NAME
+    name == "nvmfs" || name == FUSE_NAME || name == FUSE_URING_NAME || name == RUN_NAME
 }
 
 /// Whether `name` is one of the kernel variants the lab provisions (not
@@ -217,7 +224,23 @@ pub fn discover_for(
                 fuse::describe_options(&nvmfs_fuse::MountConfig::default())
             ),
             unavailable: fuse::unavailable(),
-            kind: Kind::Fuse,
+            kind: Kind::Fuse { io_uring: false },
+        });
+    }
+    if named(FUSE_URING_NAME) {
+        let cfg = nvmfs_fuse::MountConfig {
+            io_uring: true,
+            ..Default::default()
+        };
+        out.push(TargetEntry {
+            name: FUSE_URING_NAME.into(),
+            paper_name: None,
+            description: format!(
+                "the same nvmfs image served through the kernel's FUSE by this process, reached with system calls; {}",
+                fuse::describe_options(&cfg)
+            ),
+            unavailable: fuse::unavailable().or_else(fuse::uring_unavailable),
+            kind: Kind::Fuse { io_uring: true },
         });
     }
     if named(RUN_NAME) || (only.is_empty() && plan.run) {
@@ -270,6 +293,7 @@ pub fn discover_for(
         let mut known = vec![
             "nvmfs".to_string(),
             FUSE_NAME.to_string(),
+            FUSE_URING_NAME.to_string(),
             RUN_NAME.to_string(),
             "dir:PATH".into(),
         ];
@@ -524,11 +548,15 @@ impl StudyTarget {
                 image.bytes,
                 image.inodes,
             )?)),
-            Kind::Fuse => Ok(StudyTarget::Fuse(Box::new(FuseTarget::create(
+            Kind::Fuse { io_uring } => Ok(StudyTarget::Fuse(Box::new(FuseTarget::create(
                 shm_dir.join(scratch_name(".img")),
                 std::env::temp_dir().join(scratch_name("-fuse")),
                 image.bytes,
                 image.inodes,
+                nvmfs_fuse::MountConfig {
+                    io_uring: *io_uring,
+                    ..Default::default()
+                },
             )?))),
             Kind::Kernel(v) => {
                 let prov = Provisioned::create(v, shm_dir, device_bytes)?;

@@ -181,6 +181,11 @@ fn fuse_and_dir_targets_run_and_leave_nothing() {
     if fuse_ok {
         wanted.push(targets::FUSE_NAME);
     }
+    if fuse_ok && switch_uring_on() {
+        wanted.push(targets::FUSE_URING_NAME);
+    } else {
+        eprintln!("skipped part: no FUSE over io_uring here, fuse-uring:nvmfs not run");
+    }
     let cfg = tiny_config(out.path().join("r"), &wanted, &["varmail"]);
     let result = run_study(&nvm2015::STUDY, &cfg, &|| false, &mut Quiet).unwrap();
     assert_eq!(result.cells.len(), wanted.len());
@@ -189,11 +194,13 @@ fn fuse_and_dir_targets_run_and_leave_nothing() {
         let r = c.result.as_ref().unwrap().filebench().unwrap();
         // FUSE is remounted between trials; a directory the lab did not mount is not.
         let remounted = r.trials.iter().any(|t| t.remounted);
-        assert_eq!(remounted, c.target == targets::FUSE_NAME, "{}", c.target);
+        let fuse = c.target == targets::FUSE_NAME || c.target == targets::FUSE_URING_NAME;
+        assert_eq!(remounted, fuse, "{}", c.target);
     }
-    // Neither is a kernel variant nvmfs is compared with.
+    // None is a kernel variant nvmfs is compared with.
     assert!(!targets::is_kernel_variant(&dir_target));
     assert!(!targets::is_kernel_variant(targets::FUSE_NAME));
+    assert!(!targets::is_kernel_variant(targets::FUSE_URING_NAME));
     assert!(targets::is_kernel_variant("xfs-ag126"));
     // The scratch subdirectory went, the user's directory stayed.
     assert_eq!(std::fs::read_dir(user_dir.path()).unwrap().count(), 0);
@@ -207,6 +214,34 @@ fn fuse_and_dir_targets_run_and_leave_nothing() {
     report::write_all(&result, &env).unwrap();
     let raw = format!("raw/varmail--{}.json", report::file_stem(&dir_target));
     assert!(cfg.out_dir.join(&raw).is_file(), "{raw} missing");
+}
+
+/// As root, switches the kernel's FUSE over io_uring on (the lab itself never does) and says
+/// whether it is on.
+fn switch_uring_on() -> bool {
+    const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+    // SAFETY: a plain getter.
+    if unsafe { libc::geteuid() } == 0 && std::path::Path::new(PARAM).exists() {
+        let _ = std::fs::write(PARAM, "Y");
+    }
+    crate::targets::fuse::uring_unavailable().is_none()
+}
+
+#[test]
+fn the_io_uring_fuse_target_runs_only_when_named() {
+    let all = targets::discover(kernel::MIN_DEVICE_BYTES, &[]).unwrap();
+    assert!(all.iter().any(|t| t.name == targets::FUSE_NAME));
+    assert!(!all.iter().any(|t| t.name == targets::FUSE_URING_NAME));
+    let named = [targets::FUSE_URING_NAME.to_string()];
+    let one = targets::discover(kernel::MIN_DEVICE_BYTES, &named).unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].name, targets::FUSE_URING_NAME);
+    assert!(
+        one[0].description.contains("io_uring"),
+        "{}",
+        one[0].description
+    );
+    assert!(targets::is_nvmfs(targets::FUSE_URING_NAME));
 }
 
 #[test]

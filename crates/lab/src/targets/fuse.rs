@@ -28,13 +28,31 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
+/// Why FUSE over io_uring cannot work here (FUSE itself aside), if it cannot. The lab does
+/// not switch the kernel's `enable_uring` on by itself.
+pub fn uring_unavailable() -> Option<String> {
+    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y");
+    (!on).then(nvmfs_fuse::io_uring_unavailable)
+}
+
 /// The mount options used, for the report.
 pub fn describe_options(cfg: &MountConfig) -> String {
+    let transport = if cfg.io_uring {
+        format!(
+            "`-o io_uring`: requests over FUSE over io_uring, {} rings (one per CPU), each served by a thread pinned to its CPU",
+            nvmfs_fuse::possible_cpus()
+        )
+    } else {
+        format!(
+            "default `nvmfs mount` options: {} server threads reading /dev/fuse",
+            cfg.max_threads
+        )
+    };
     format!(
-        "default `nvmfs mount` options: kernel page cache for data, attr_timeout={}s, entry_timeout={}s, {} server threads, no writeback cache",
+        "{transport}; kernel page cache for data, attr_timeout={}s, entry_timeout={}s, no writeback cache",
         cfg.attr_timeout.as_secs_f64(),
         cfg.entry_timeout.as_secs_f64(),
-        cfg.max_threads
     )
 }
 
@@ -55,14 +73,15 @@ pub struct FuseTarget {
 
 impl FuseTarget {
     /// Formats `image` (which must not exist yet), creates the directory
-    /// `mnt` and mounts the image there.
+    /// `mnt` and mounts the image there with `cfg`.
     pub fn create(
         image: PathBuf,
         mnt: PathBuf,
         size_bytes: u64,
         inode_count: u64,
+        cfg: MountConfig,
     ) -> io::Result<Self> {
-        if let Some(why) = unavailable() {
+        if let Some(why) = unavailable().or_else(|| cfg.io_uring.then(uring_unavailable)?) {
             return Err(io::Error::new(io::ErrorKind::Unsupported, why));
         }
         let image = format_scratch(image, size_bytes, inode_count)?;
@@ -72,7 +91,7 @@ impl FuseTarget {
             fs: None,
             mount_id: None,
             sys: SysFs::new(mnt.path()),
-            cfg: MountConfig::default(),
+            cfg,
             mnt,
             image,
         };
@@ -82,12 +101,24 @@ impl FuseTarget {
 
     fn mount(&mut self) -> io::Result<()> {
         let fs = mount_image(self.image.path(), &self.cfg.core_options())?;
-        let (session, _shutdown) =
+        let (session, shutdown) =
             nvmfs_fuse::session(fs.clone(), self.mnt.path(), &self.cfg, "nvmfs-lab")
                 .map_err(|e| annotate(e, "cannot mount FUSE on", self.mnt.path()))?;
         self.mount_id = Some(kernel::register(Resource::Mount(
             self.mnt.path().to_path_buf(),
         )));
+        if self.cfg.io_uring && !shutdown.io_uring_granted() {
+            // Results over /dev/fuse must not be reported as io_uring's.
+            drop(session);
+            if let Some(id) = self.mount_id.take() {
+                kernel::unregister(id);
+            }
+            let _ = fs.unmount();
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                nvmfs_fuse::io_uring_unavailable(),
+            ));
+        }
         self.fs = Some(fs);
         let session = session
             .spawn()
