@@ -6,7 +6,7 @@
 //! prints why and passes.
 
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -426,6 +426,16 @@ fn kill_9_during_writes(opts: &[&str]) {
     signal(&child, libc::SIGKILL);
     wait_exit(&mut child);
     let (files, records) = writer.join().unwrap();
+    if opts.contains(&"io_uring") {
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(err.contains("io_uring: requests are served"), "{err}");
+    }
     assert!(
         files > 10 && records > 10,
         "too few writes: {files} files, {records} records"
