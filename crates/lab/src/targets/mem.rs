@@ -238,11 +238,14 @@ impl MicroFile for MemFile {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         let mut data = lock(&self.data);
-        let end = offset as usize + buf.len();
-        if data.len() < end {
-            data.resize(end, 0);
+        // As pwrite: an empty write does not extend the file.
+        if !buf.is_empty() {
+            let end = offset as usize + buf.len();
+            if data.len() < end {
+                data.resize(end, 0);
+            }
+            data[offset as usize..end].copy_from_slice(buf);
         }
-        data[offset as usize..end].copy_from_slice(buf);
         drop(data);
         self.record("write", buf.len());
         Ok(buf.len())
