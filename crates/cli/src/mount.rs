@@ -130,10 +130,7 @@ pub fn run(args: &Args) -> u8 {
                 nvmfs_fuse::possible_cpus()
             );
         } else {
-            eprintln!(
-                "nvmfs mount: warning: {}",
-                nvmfs_fuse::io_uring_unavailable()
-            );
+            eprintln!("nvmfs mount: warning: {}", nvmfs_fuse::io_uring_refused());
         }
     }
 

@@ -67,8 +67,9 @@ struct Shared {
     pins: Vec<Mutex<HashMap<u64, Pin>>>,
     /// Whether FUSE_INIT granted FUSE over io_uring (set in `init`).
     uring_granted: AtomicBool,
-    /// Requests crate::uring has dispatched.
-    uring_served: Arc<AtomicU64>,
+    /// Requests crate::uring's threads dispatched, each adding its own count when it ends
+    /// (no counter shared between CPUs on the request path).
+    uring_served: AtomicU64,
 }
 
 impl Shared {
@@ -106,13 +107,14 @@ impl Shutdown {
         self.0.uring_granted.load(Ordering::Relaxed)
     }
 
-    /// Requests served through the io_uring rings so far.
+    /// Requests served through the io_uring rings by ring threads that have ended: each adds
+    /// its count when it ends, at unmount, so read this after the session ended.
     pub fn io_uring_requests(&self) -> u64 {
         self.0.uring_served.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn io_uring_counter(&self) -> Arc<AtomicU64> {
-        self.0.uring_served.clone()
+    pub(crate) fn add_io_uring_requests(&self, n: u64) {
+        self.0.uring_served.fetch_add(n, Ordering::Relaxed);
     }
 
     /// True if this call shut the adapter down (false if it already was).
@@ -210,7 +212,7 @@ impl NvmFuse {
             fs: RwLock::new(Some(fs)),
             pins: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             uring_granted: AtomicBool::new(false),
-            uring_served: Arc::new(AtomicU64::new(0)),
+            uring_served: AtomicU64::new(0),
         });
         let a = NvmFuse {
             shared: shared.clone(),

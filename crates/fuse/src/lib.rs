@@ -32,31 +32,41 @@ pub fn session(
     if cfg.io_uring {
         if shutdown.io_uring_granted() {
             let fd = s.as_fd().try_clone_to_owned()?;
-            let served = shutdown.io_uring_counter();
+            let counts = shutdown.clone();
             info!(
                 "io_uring: serving FUSE requests on {} rings (one per CPU)",
                 uring::possible_cpus()
             );
             s.set_extra_transport(Box::new(move |d| {
-                uring::start(fd, d, adapter::MAX_IO as usize + 4096, served)
+                uring::start(fd, d, adapter::MAX_IO as usize + 4096, counts)
             }));
         } else {
-            warn!("{}", io_uring_unavailable());
+            warn!("{}", io_uring_refused());
         }
     }
     Ok((s, shutdown))
 }
 
-/// Why `-o io_uring` fell back to /dev/fuse reads (when the session's
-/// [`Shutdown::io_uring_granted`] is false).
-pub fn io_uring_unavailable() -> String {
-    let param = "/sys/module/fuse/parameters/enable_uring";
-    let why = match std::fs::read_to_string(param) {
-        Ok(v) if v.trim() == "N" => format!("it is off (as root: echo Y > {param})"),
-        Ok(_) => "the kernel did not offer it".to_string(),
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Why FUSE over io_uring cannot be used here, or None when the kernel has it switched on.
+pub fn io_uring_unavailable() -> Option<String> {
+    let why = match std::fs::read_to_string(ENABLE_URING) {
+        Ok(v) if v.trim() == "Y" => return None,
+        Ok(_) => format!("it is off (as root: echo Y > {ENABLE_URING})"),
         Err(_) => "this kernel has no FUSE over io_uring (Linux 6.14+)".to_string(),
     };
-    format!(
+    Some(format!(
         "io_uring: FUSE over io_uring is not available: {why}; requests are read from /dev/fuse"
-    )
+    ))
+}
+
+/// Why `-o io_uring` fell back to /dev/fuse reads (when the session's
+/// [`Shutdown::io_uring_granted`] is false).
+pub fn io_uring_refused() -> String {
+    io_uring_unavailable().unwrap_or_else(|| {
+        "io_uring: FUSE over io_uring is not available: the kernel did not offer it; requests \
+         are read from /dev/fuse"
+            .to_string()
+    })
 }

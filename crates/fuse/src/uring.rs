@@ -27,7 +27,7 @@
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -35,7 +35,7 @@ use fuser::{RawDispatcher, RawReplySink};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use log::{debug, warn};
 
-use crate::NvmFuse;
+use crate::{NvmFuse, Shutdown};
 
 const CMD_REGISTER: u32 = 1;
 const CMD_COMMIT_AND_FETCH: u32 = 2;
@@ -75,24 +75,27 @@ fn count_cpu_list(s: &str) -> Option<usize> {
 }
 
 /// Starts one serving thread per queue on `fuse` (the session's /dev/fuse, duplicated).
-/// `max_payload` is the largest request or reply argument (max_write, max_pages).
+/// `max_payload` is the largest request or reply argument (max_write, max_pages). Each thread
+/// adds the requests it served to `counts` when it ends.
 pub fn start(
     fuse: OwnedFd,
     dispatcher: RawDispatcher<NvmFuse>,
     max_payload: usize,
-    served: Arc<AtomicU64>,
+    counts: Shutdown,
 ) -> Vec<JoinHandle<io::Result<()>>> {
     let fuse = Arc::new(fuse);
     let queues = possible_cpus();
     let mut threads = Vec::with_capacity(queues);
     for qid in 0..queues {
-        let (fuse, d, served) = (fuse.clone(), dispatcher.clone(), served.clone());
+        let (fuse, d, counts) = (fuse.clone(), dispatcher.clone(), counts.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("nvmfs-uring-{qid}"))
             .spawn(move || {
-                if let Err(e) = serve_queue(&fuse, qid as u16, max_payload, &d, &served) {
+                let mut served = 0;
+                if let Err(e) = serve_queue(&fuse, qid as u16, max_payload, &d, &mut served) {
                     warn!("FUSE over io_uring, queue {qid}: {e}; requests stay on /dev/fuse");
                 }
+                counts.add_io_uring_requests(served);
                 Ok(())
             });
         match spawned {
@@ -324,7 +327,7 @@ fn serve_queue(
     qid: u16,
     max_payload: usize,
     d: &RawDispatcher<NvmFuse>,
-    served: &AtomicU64,
+    served: &mut u64,
 ) -> io::Result<()> {
     pin_to(qid as usize);
     let fd = fuse.as_raw_fd();
@@ -361,7 +364,7 @@ fn serve_queue(
                     e => Err(io::Error::from_raw_os_error(e)),
                 };
             }
-            served.fetch_add(1, Ordering::Relaxed);
+            *served += 1;
             let e = &mut entries[slot];
             e.sink.armed.store(true, Ordering::Release);
             let sink: Arc<dyn RawReplySink> = e.sink.clone();

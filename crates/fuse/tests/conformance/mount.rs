@@ -53,8 +53,9 @@ impl Mounted {
 
     /// Unmounts (the kernel's umount, then the session ends) and marks the image clean.
     fn unmount(mut self) {
-        check_transport(&self.shutdown);
         self.session.take().unwrap().umount_and_join().unwrap();
+        // After the session ended: ring threads add their request counts when they end.
+        check_transport(&self.shutdown);
         self.fs.take().unwrap().unmount().unwrap();
     }
 }

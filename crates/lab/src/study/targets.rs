@@ -239,7 +239,7 @@ pub fn discover_for(
                 "the same nvmfs image served through the kernel's FUSE by this process, reached with system calls; {}",
                 fuse::describe_options(&cfg)
             ),
-            unavailable: fuse::unavailable().or_else(fuse::uring_unavailable),
+            unavailable: fuse::unavailable().or_else(nvmfs_fuse::io_uring_unavailable),
             kind: Kind::Fuse { io_uring: true },
         });
     }

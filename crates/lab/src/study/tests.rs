@@ -224,7 +224,7 @@ fn switch_uring_on() -> bool {
     if unsafe { libc::geteuid() } == 0 && std::path::Path::new(PARAM).exists() {
         let _ = std::fs::write(PARAM, "Y");
     }
-    crate::targets::fuse::uring_unavailable().is_none()
+    nvmfs_fuse::io_uring_unavailable().is_none()
 }
 
 #[test]

@@ -28,14 +28,6 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
-/// Why FUSE over io_uring cannot work here (FUSE itself aside), if it cannot. The lab does
-/// not switch the kernel's `enable_uring` on by itself.
-pub fn uring_unavailable() -> Option<String> {
-    let on = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
-        .is_ok_and(|v| v.trim() == "Y");
-    (!on).then(nvmfs_fuse::io_uring_unavailable)
-}
-
 /// The mount options used, for the report.
 pub fn describe_options(cfg: &MountConfig) -> String {
     let transport = if cfg.io_uring {
@@ -81,7 +73,9 @@ impl FuseTarget {
         inode_count: u64,
         cfg: MountConfig,
     ) -> io::Result<Self> {
-        if let Some(why) = unavailable().or_else(|| cfg.io_uring.then(uring_unavailable)?) {
+        if let Some(why) =
+            unavailable().or_else(|| cfg.io_uring.then(nvmfs_fuse::io_uring_unavailable)?)
+        {
             return Err(io::Error::new(io::ErrorKind::Unsupported, why));
         }
         let image = format_scratch(image, size_bytes, inode_count)?;
@@ -116,7 +110,7 @@ impl FuseTarget {
             let _ = fs.unmount();
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
-                nvmfs_fuse::io_uring_unavailable(),
+                nvmfs_fuse::io_uring_refused(),
             ));
         }
         self.fs = Some(fs);
