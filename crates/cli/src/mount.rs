@@ -287,11 +287,15 @@ fn check_mountpoint(mp: &Path) -> Result<(), String> {
     match std::fs::metadata(mp) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => Err(format!("{} is not a directory", mp.display())),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Err(format!(
-            "{} is a stale FUSE mount (its daemon died); unmount it first: fusermount3 -u {}",
-            mp.display(),
-            mp.display()
-        )),
+        // ENOTCONN once the connection is gone; ECONNABORTED for a request that was waiting
+        // when it went (FUSE over io_uring: the dead daemon's rings are torn down after it).
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)) => {
+            Err(format!(
+                "{} is a stale FUSE mount (its daemon died); unmount it first: fusermount3 -u {}",
+                mp.display(),
+                mp.display()
+            ))
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             Err(format!("mount point {} does not exist", mp.display()))
         }
