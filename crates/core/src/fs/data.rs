@@ -27,6 +27,17 @@ pub struct TranslationCache {
     /// The handle's scratch list of the blocks a write claims, kept between writes: an
     /// allocation and a free per append cost more than the append's bookkeeping.
     claims: Vec<NewBlock>,
+    /// The handle's scratch list of a write's blocks (`plan_blocks`), kept likewise.
+    plan: Vec<(u32, Planned)>,
+}
+
+/// A write's block for one piece.
+#[derive(Clone, Copy, Debug)]
+enum Planned {
+    Mapped(u64),
+    /// Not mapped yet; claimed before the plan is used.
+    Hole,
+    Claimed(Claim),
 }
 
 impl Default for TranslationCache {
@@ -34,6 +45,7 @@ impl Default for TranslationCache {
         TranslationCache {
             entries: [(u32::MAX, u64::MAX); CACHE_ENTRIES],
             claims: Vec::new(),
+            plan: Vec::new(),
         }
     }
 }
@@ -225,52 +237,31 @@ impl Inner {
             let size = i.size;
             self.zero_range(ino, &mut i, size, off, cache)?;
         }
-        let map_end = i.map_end();
+        let mut plan = std::mem::take(&mut cache.plan);
+        let mut err = self.plan_blocks(ino, off, data.len(), i.map_end(), cache, &mut plan);
         let mut claims = std::mem::take(&mut cache.claims);
         claims.clear();
         let mut done = 0usize;
-        let mut err = None;
-        for Piece {
-            lblk,
-            in_blk,
-            at,
-            len,
-        } in pieces(off, data.len())
-        {
-            let lblk = lblk as u32;
-            let chunk = &data[at..at + len];
-            let mapped = if (lblk as u64) < map_end {
-                self.translate(ino, lblk, cache)
-            } else {
-                None
-            };
-            match mapped {
-                Some(p) => {
-                    self.tier_wrote(ino, lblk, p);
-                    self.pm
-                        .write_nt(self.geo.data_off(p) + in_blk as u64, chunk)
-                }
-                None => match self
-                    .reserve_room(1, Some(ino), true)
-                    .and_then(|_| self.claim_one(ino, lblk))
-                {
-                    Ok(c) => {
-                        if let Err(e) = self.fill_block(ino, lblk, c.pblk, in_blk, chunk) {
-                            self.map.abandon(&self.pm, &self.journal, c, ino, lblk);
-                            err = Some(e);
-                            break;
-                        }
-                        cache.put(lblk, c.pblk);
-                        claims.push((c, lblk));
-                    }
-                    Err(e) => {
+        for (k, (piece, &(lblk, block))) in pieces(off, data.len()).zip(plan.iter()).enumerate() {
+            let chunk = &data[piece.at..piece.at + piece.len];
+            match block {
+                Planned::Mapped(p) => self
+                    .pm
+                    .write_nt(self.geo.data_off(p) + piece.in_blk as u64, chunk),
+                Planned::Claimed(c) => {
+                    if let Err(e) = self.fill_block(ino, lblk, c.pblk, piece.in_blk, chunk) {
+                        self.abandon_planned(ino, &plan[k..]);
                         err = Some(e);
                         break;
                     }
-                },
+                    cache.put(lblk, c.pblk);
+                    claims.push((c, lblk));
+                }
+                Planned::Hole => unreachable!("plan_blocks claims every hole it keeps"),
             }
-            done = at + len;
+            done = piece.at + piece.len;
         }
+        cache.plan = plan;
         if done == 0 {
             return Err(err.unwrap_or_else(|| errno(libc::ENOSPC)));
         }
@@ -284,6 +275,81 @@ impl Inner {
         claims.clear();
         cache.claims = claims;
         Ok((done, new_size))
+    }
+
+    /// The block of every piece of a write of `len` bytes at `off`, in order: the mapped
+    /// ones found (and marked dirty on a tiered image, so making room cannot evict them),
+    /// new ones claimed for the holes, all before any data is stored. A claim is an atomic
+    /// read-modify-write, which waits for the non-temporal stores before it to drain:
+    /// claiming between block copies would drain once per block instead of once per write.
+    /// Stops at the first hole it cannot claim, with that error (the write is then short).
+    fn plan_blocks(
+        &self,
+        ino: u32,
+        off: u64,
+        len: usize,
+        map_end: u64,
+        cache: &mut TranslationCache,
+        plan: &mut Vec<(u32, Planned)>,
+    ) -> Option<io::Error> {
+        plan.clear();
+        let mut holes = 0u64;
+        for piece in pieces(off, len) {
+            let lblk = piece.lblk as u32;
+            let mapped = if piece.lblk < map_end {
+                self.translate(ino, lblk, cache)
+            } else {
+                None
+            };
+            match mapped {
+                Some(p) => {
+                    self.tier_wrote(ino, lblk, p);
+                    plan.push((lblk, Planned::Mapped(p)));
+                }
+                None => {
+                    holes += 1;
+                    plan.push((lblk, Planned::Hole));
+                }
+            }
+        }
+        // One reservation for all the holes; when they do not all fit, one at a time, so the
+        // write still fills what fits.
+        let mut reserved = match holes > 0 && self.reserve_room(holes, Some(ino), true).is_ok() {
+            true => holes,
+            false => 0,
+        };
+        for k in 0..plan.len() {
+            let (lblk, Planned::Hole) = plan[k] else {
+                continue;
+            };
+            let room = match reserved {
+                0 => self.reserve_room(1, Some(ino), true),
+                _ => {
+                    reserved -= 1;
+                    Ok(())
+                }
+            };
+            match room.and_then(|_| self.claim_one(ino, lblk)) {
+                Ok(c) => plan[k].1 = Planned::Claimed(c),
+                Err(e) => {
+                    plan.truncate(k);
+                    self.map.unreserve(reserved);
+                    return Some(e);
+                }
+            }
+        }
+        None
+    }
+
+    /// Gives back the claimed blocks of `plan` (a write that stopped before filling them),
+    /// newest first: a tree mapping then always gives back the last block of a run it
+    /// extended.
+    fn abandon_planned(&self, ino: u32, plan: &[(u32, Planned)]) {
+        for &(lblk, block) in plan.iter().rev() {
+            if let Planned::Claimed(c) = block {
+                self.map.abandon(&self.pm, &self.journal, c, ino, lblk);
+            }
+        }
     }
 
     pub(super) fn claim_one(&self, ino: u32, lblk: u32) -> io::Result<Claim> {
