@@ -268,3 +268,48 @@ fn overwrite_times_are_exact_to_one_tick() {
     assert_eq!(fs.read_file("/f").unwrap()[0], b'x');
     assert_fsck_clean(&fs);
 }
+
+/// Path walks reuse this thread's earlier answers for directories (fs/lookups.rs): every way
+/// a directory name can come to mean something else must be seen, on this thread and after
+/// a change made by another thread.
+#[test]
+fn a_walk_never_follows_a_directory_name_that_changed() {
+    let fs = mem_fs(32, 1024);
+    fs.create_dir_all("/a/x").unwrap();
+    fs.write_file("/a/x/f", b"1").unwrap();
+    assert_eq!(fs.read_file("/a/x/f").unwrap(), b"1");
+    // Renamed away and a new directory under the old name.
+    fs.rename_path("/a/x", "/a/y").unwrap();
+    assert_eq!(errno(fs.read_file("/a/x/f")), libc::ENOENT);
+    fs.create_dir("/a/x").unwrap();
+    fs.write_file("/a/x/f", b"2").unwrap();
+    assert_eq!(fs.read_file("/a/x/f").unwrap(), b"2");
+    assert_eq!(fs.read_file("/a/y/f").unwrap(), b"1");
+    // Removed and made again (the number is reused with a new generation).
+    fs.remove_file("/a/x/f").unwrap();
+    fs.remove_dir("/a/x").unwrap();
+    assert_eq!(errno(fs.metadata("/a/x")), libc::ENOENT);
+    fs.create_dir("/a/x").unwrap();
+    assert_eq!(errno(fs.read_file("/a/x/f")), libc::ENOENT);
+    // A directory renamed over another (the victim's name now means the moved one).
+    fs.write_file("/a/y/g", b"3").unwrap();
+    fs.rename_path("/a/y", "/a/x").unwrap();
+    assert_eq!(fs.read_file("/a/x/g").unwrap(), b"3");
+    assert_eq!(errno(fs.metadata("/a/y")), libc::ENOENT);
+    // The parent itself moved: its old path is gone, the child follows it.
+    fs.rename_path("/a", "/b").unwrap();
+    assert_eq!(errno(fs.read_file("/a/x/g")), libc::ENOENT);
+    assert_eq!(fs.read_file("/b/x/g").unwrap(), b"3");
+    // A change made by another thread after this one cached the walk.
+    assert_eq!(fs.read_file("/b/x/g").unwrap(), b"3");
+    let other = fs.clone();
+    std::thread::spawn(move || {
+        other.rename_path("/b/x", "/b/z").unwrap();
+        other.create_dir("/b/x").unwrap();
+        other.write_file("/b/x/g", b"4").unwrap();
+    })
+    .join()
+    .unwrap();
+    assert_eq!(fs.read_file("/b/x/g").unwrap(), b"4");
+    assert_eq!(fs.read_file("/b/z/g").unwrap(), b"3");
+}

@@ -211,6 +211,12 @@ fn worker() {
                 i += 1;
             }
         }
+        "swap-dir" => {
+            // /p/x moves to /p/y; a new /p/x holds an f with other contents.
+            m.op(|fs| fs.rename_path("/p/x", "/p/y")).unwrap();
+            m.op(|fs| fs.create_dir("/p/x")).unwrap();
+            m.op(|fs| fs.write_file("/p/x/f", b"new")).unwrap();
+        }
         other => panic!("unknown worker job {other}"),
     }
     m.detach();
@@ -235,6 +241,24 @@ fn processes_change_one_directory_at_once() {
     // Per worker: 300 files, minus those removed (i % 5 == 1 and not renamed).
     let removed = (0..300).filter(|i| i % 5 == 1 && i % 3 != 0).count();
     assert_eq!(n, 4 * (300 - removed));
+    m.detach();
+    drop(m);
+    img.check_clean();
+}
+
+/// This process's path walks reuse the directories its threads found before (the core's
+/// per-thread lookup cache); a directory another process renamed and replaced must not be
+/// walked into by its old answer.
+#[test]
+fn a_directory_another_process_replaced_is_walked_anew() {
+    let img = Image::new("swap");
+    let m = img.attach();
+    m.op(|fs| fs.create_dir_all("/p/x")).unwrap();
+    m.op(|fs| fs.write_file("/p/x/f", b"old")).unwrap();
+    assert_eq!(m.op(|fs| fs.read_file("/p/x/f")).unwrap(), b"old");
+    wait_ok(img.worker("swap-dir", ""), "swap-dir worker");
+    assert_eq!(m.op(|fs| fs.read_file("/p/x/f")).unwrap(), b"new");
+    assert_eq!(m.op(|fs| fs.read_file("/p/y/f")).unwrap(), b"old");
     m.detach();
     drop(m);
     img.check_clean();

@@ -10,6 +10,7 @@ use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteG
 use hashbrown::HashTable;
 use parking_lot::{Mutex, RwLock};
 
+use super::lookups::Changes;
 use crate::layout::dentry::{self, Header, UNITS_MAX, UNITS_PER_BLOCK, UNIT_SIZE};
 use crate::layout::inode::Inode;
 use crate::layout::superblock::Geometry;
@@ -361,6 +362,8 @@ const SHARDS: usize = 64;
 /// their cores on every path component; adding or dropping a directory locks them all.
 pub struct DirCache {
     shards: Vec<ShardedLock<Shard>>,
+    /// The change counters of the per-thread lookup cache (lookups.rs).
+    pub changes: Changes,
 }
 
 type Shard = hashbrown::HashMap<u32, Arc<DirState>>;
@@ -371,6 +374,7 @@ impl Default for DirCache {
             shards: (0..SHARDS)
                 .map(|_| ShardedLock::new(hashbrown::HashMap::new()))
                 .collect(),
+            changes: Changes::default(),
         }
     }
 }
@@ -407,17 +411,20 @@ impl DirCache {
             .entry(ino)
             .or_insert_with(|| DirState::new(generation));
         if e.generation != generation {
+            self.changes.bump(ino);
             *e = DirState::new(generation);
         }
         e.clone()
     }
 
     pub fn remove(&self, ino: u32) {
+        self.changes.bump(ino);
         self.write(ino).remove(&ino);
     }
 
     /// Forgets every directory (their indexes are rebuilt from media on next use).
     pub fn clear(&self) {
+        self.changes.bump_all();
         for s in &self.shards {
             s.write().unwrap_or_else(|p| p.into_inner()).clear();
         }

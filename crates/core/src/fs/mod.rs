@@ -5,6 +5,7 @@ mod data;
 pub mod dir;
 mod direct;
 mod locks;
+mod lookups;
 pub(crate) mod mount;
 mod node;
 mod ops;
@@ -343,6 +344,9 @@ impl Inner {
         ds: &'a DirState,
     ) -> io::Result<RwLockWriteGuard<'a, Option<DirIndex>>> {
         let mut w = ds.index.write();
+        // Every change to a directory's entries goes through here: the per-thread lookup
+        // caches stop trusting their answers about it (lookups.rs).
+        self.dirs.changes.bump(ino);
         if w.is_none() {
             self.load_index(ino, ds, &mut w)?;
         }

@@ -17,6 +17,7 @@ use std::io;
 use std::sync::Arc;
 
 use super::dir::DirState;
+use super::lookups;
 use super::{errno, Inner};
 use crate::hook::{self, Point};
 use crate::layout::dentry;
@@ -126,12 +127,17 @@ impl Inner {
             _ if name.len() > dentry::NAME_MAX => return Err(errno(libc::ENAMETOOLONG)),
             _ => {}
         }
+        let hash = self.name_hash(name);
+        if let Some(t) = self.cached_dir(parent, name, hash) {
+            return Ok((t, FileType::Dir));
+        }
+        let stamp = self.dirs.changes.stamp(parent.ino);
         let ds = self.dir_at(parent)?;
         let g = self.index_read(parent.ino, &ds)?;
         let idx = g.as_ref().expect("index loaded");
         hook::at(Point::Looking { dir: parent.ino });
         let f = idx
-            .find(&self.pm, &self.geo, name, self.name_hash(name))
+            .find(&self.pm, &self.geo, name, hash)
             .ok_or_else(|| errno(libc::ENOENT))?;
         // The entry is held in place by `g`, so the inode is not freed before this load.
         let generation = self.generation_of(f.header.ino);
@@ -149,12 +155,49 @@ impl Inner {
             }));
         }
         drop(g);
+        if f.header.ftype == FileType::Dir {
+            let (changes, child) = (&self.dirs.changes, f.header.ino);
+            lookups::put(
+                changes,
+                stamp,
+                parent.ino,
+                ds.generation,
+                name,
+                hash,
+                child,
+                generation,
+            );
+        }
         hook::at(Point::Resolved { ino: f.header.ino });
         let t = Target {
             ino: f.header.ino,
             generation: Some(generation),
         };
         Ok((t, f.header.ftype))
+    }
+
+    /// The directory `name` in `parent` named when this thread last looked it up, if no
+    /// entry of `parent` changed since and `parent` is still the live directory it was then
+    /// (lookups.rs). Loads only: no lock, no reference count.
+    fn cached_dir(&self, parent: Target, name: &[u8], hash: u64) -> Option<Target> {
+        let changes = &self.dirs.changes;
+        let (parent_gen, child, child_gen, stamp) = lookups::find(changes, parent.ino, name, hash)?;
+        if parent.generation.is_some_and(|g| g != parent_gen) {
+            return None; // the locked path answers ESTALE
+        }
+        hook::at(Point::Looking { dir: parent.ino });
+        // Checked after the hook (a test's racing change runs there), counter first: once it
+        // reads the stamp, the answer is what a locked lookup would find at that moment.
+        if changes.stamp(parent.ino) != stamp
+            || self.dir_words(parent.ino) != Some((parent_gen, true))
+        {
+            return None;
+        }
+        hook::at(Point::Resolved { ino: child });
+        Some(Target {
+            ino: child,
+            generation: Some(child_gen),
+        })
     }
 
     /// The parent of directory `t`. Its generation is read under `t`'s stripe lock: a move
