@@ -135,14 +135,20 @@ pub fn find(
     if name.len() > NAME_CACHED_MAX {
         return None;
     }
-    CACHE.with_borrow(|c| {
-        let e = &c[slot(parent, hash)];
-        let same = e.mount == changes.id
-            && e.parent == parent
-            && e.hash == hash
-            && &e.name[..e.len as usize] == name;
-        same.then_some((e.parent_gen, e.child, e.child_gen, e.stamp))
-    })
+    // `try_with`: a program's own thread-exit code may call into nvmfs (under `nvmfs run`)
+    // after this thread's cache was destroyed; it then simply misses.
+    CACHE
+        .try_with(|c| {
+            let c = c.try_borrow().ok()?;
+            let e = &c[slot(parent, hash)];
+            let same = e.mount == changes.id
+                && e.parent == parent
+                && e.hash == hash
+                && &e.name[..e.len as usize] == name;
+            same.then_some((e.parent_gen, e.child, e.child_gen, e.stamp))
+        })
+        .ok()
+        .flatten()
 }
 
 /// Remembers that `name` in `parent` (generation `parent_gen`) was directory `child`
@@ -173,8 +179,9 @@ pub fn put(
         name: [0; NAME_CACHED_MAX],
     };
     e.name[..name.len()].copy_from_slice(name);
-    // A hook (tests) may run a lookup inside another thread-local borrow: never panic here.
-    CACHE.with(|c| {
+    // Never panics: not after the thread's cache was destroyed (see `find`), not inside
+    // another borrow.
+    let _ = CACHE.try_with(|c| {
         if let Ok(mut c) = c.try_borrow_mut() {
             c[slot(parent, hash)] = e;
         }
