@@ -20,13 +20,19 @@ fn concurrent_inserts(mode: &str) {
     db.execute_batch("CREATE TABLE t(thread INTEGER, i INTEGER, pad BLOB, PRIMARY KEY(thread, i))")
         .unwrap();
     let done = AtomicBool::new(false);
+    // The writers start only once the reader has read: 600 small transactions can otherwise
+    // all commit before the reader's connection is open, and the reader would check nothing.
+    let reading = AtomicBool::new(false);
     std::thread::scope(|s| {
         let writers: Vec<_> = (0..THREADS)
             .map(|t| {
-                let img = &img;
+                let (img, reading) = (&img, &reading);
                 s.spawn(move || {
                     let db = img.open(path);
                     db.busy_timeout(Duration::from_secs(20)).unwrap();
+                    while !reading.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
                     for i in 0..ROWS {
                         db.execute_batch("BEGIN IMMEDIATE").unwrap();
                         db.execute("INSERT INTO t VALUES (?1, ?2, randomblob(300))", [t, i])
@@ -46,6 +52,7 @@ fn concurrent_inserts(mode: &str) {
                 assert!(n >= last, "count went back from {last} to {n}");
                 last = n;
                 reads += 1;
+                reading.store(true, Ordering::Release);
             }
             reads
         });
