@@ -314,9 +314,10 @@ impl Inner {
         }
         // One reservation for all the holes; when they do not all fit, one at a time, so the
         // write still fills what fits.
-        let mut reserved = match holes > 0 && self.reserve_room(holes, Some(ino), true).is_ok() {
-            true => holes,
-            false => 0,
+        let mut reserved = if holes > 0 && self.reserve_room(holes, Some(ino), true).is_ok() {
+            holes
+        } else {
+            0
         };
         for k in 0..plan.len() {
             let (lblk, Planned::Hole) = plan[k] else {

@@ -88,31 +88,39 @@ impl Changes {
     }
 }
 
-/// A cached answer: `name` in directory `parent` (of generation `parent_gen`) is directory
-/// `child` of generation `child_gen`, as of `stamp`.
+/// What a lookup found: the name is directory `child` of generation `child_gen` in a parent
+/// of generation `parent_gen`, while the parent's counter read `stamp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Answer {
+    pub parent_gen: u32,
+    pub child: u32,
+    pub child_gen: u32,
+    pub stamp: Stamp,
+}
+
+/// A cached answer and the question it answers.
 #[derive(Clone, Copy)]
 struct Entry {
     mount: u64,
     parent: u32,
-    parent_gen: u32,
-    stamp: Stamp,
     hash: u64,
-    child: u32,
-    child_gen: u32,
     len: u8,
     name: [u8; NAME_CACHED_MAX],
+    answer: Answer,
 }
 
 const EMPTY: Entry = Entry {
     mount: 0,
     parent: 0,
-    parent_gen: 0,
-    stamp: Stamp { epoch: 0, count: 0 },
     hash: 0,
-    child: 0,
-    child_gen: 0,
     len: 0,
     name: [0; NAME_CACHED_MAX],
+    answer: Answer {
+        parent_gen: 0,
+        child: 0,
+        child_gen: 0,
+        stamp: Stamp { epoch: 0, count: 0 },
+    },
 };
 
 thread_local! {
@@ -123,15 +131,9 @@ fn slot(parent: u32, hash: u64) -> usize {
     (hash ^ (parent as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) as usize % ENTRIES
 }
 
-/// What this thread last found for `name` in `parent`, with the stamp it was found under:
-/// `(parent generation, child, child generation, stamp)`. The caller checks the stamp
+/// What this thread last found for `name` in `parent`. The caller checks its stamp
 /// (`Changes::stamp`) and the parent's generation before using it.
-pub fn find(
-    changes: &Changes,
-    parent: u32,
-    name: &[u8],
-    hash: u64,
-) -> Option<(u32, u32, u32, Stamp)> {
+pub fn find(changes: &Changes, parent: u32, name: &[u8], hash: u64) -> Option<Answer> {
     if name.len() > NAME_CACHED_MAX {
         return None;
     }
@@ -145,38 +147,24 @@ pub fn find(
                 && e.parent == parent
                 && e.hash == hash
                 && &e.name[..e.len as usize] == name;
-            same.then_some((e.parent_gen, e.child, e.child_gen, e.stamp))
+            same.then_some(e.answer)
         })
         .ok()
         .flatten()
 }
 
-/// Remembers that `name` in `parent` (generation `parent_gen`) was directory `child`
-/// (generation `child_gen`) when `parent`'s counter read `stamp`.
-#[allow(clippy::too_many_arguments)]
-pub fn put(
-    changes: &Changes,
-    stamp: Stamp,
-    parent: u32,
-    parent_gen: u32,
-    name: &[u8],
-    hash: u64,
-    child: u32,
-    child_gen: u32,
-) {
+/// Remembers what a lookup of `name` in `parent` found.
+pub fn put(changes: &Changes, parent: u32, name: &[u8], hash: u64, answer: Answer) {
     if name.len() > NAME_CACHED_MAX {
         return;
     }
     let mut e = Entry {
         mount: changes.id,
         parent,
-        parent_gen,
-        stamp,
         hash,
-        child,
-        child_gen,
         len: name.len() as u8,
         name: [0; NAME_CACHED_MAX],
+        answer,
     };
     e.name[..name.len()].copy_from_slice(name);
     // Never panics: not after the thread's cache was destroyed (see `find`), not inside
@@ -195,14 +183,19 @@ mod tests {
     #[test]
     fn an_answer_is_found_only_for_its_mount_directory_and_name() {
         let (a, b) = (Changes::default(), Changes::default());
-        let s = a.stamp(7);
-        put(&a, s, 7, 3, b"usr", 42, 9, 5);
-        assert_eq!(find(&a, 7, b"usr", 42), Some((3, 9, 5, s)));
+        let answer = Answer {
+            parent_gen: 3,
+            child: 9,
+            child_gen: 5,
+            stamp: a.stamp(7),
+        };
+        put(&a, 7, b"usr", 42, answer);
+        assert_eq!(find(&a, 7, b"usr", 42), Some(answer));
         assert_eq!(find(&b, 7, b"usr", 42), None, "another mount");
         assert_eq!(find(&a, 8, b"usr", 42), None, "another directory");
         assert_eq!(find(&a, 7, b"usx", 42), None, "another name, same hash");
         let long = [b'x'; NAME_CACHED_MAX + 1];
-        put(&a, s, 7, 3, &long, 43, 9, 5);
+        put(&a, 7, &long, 43, answer);
         assert_eq!(find(&a, 7, &long, 43), None, "long names are not kept");
     }
 

@@ -156,17 +156,13 @@ impl Inner {
         }
         drop(g);
         if f.header.ftype == FileType::Dir {
-            let (changes, child) = (&self.dirs.changes, f.header.ino);
-            lookups::put(
-                changes,
+            let answer = lookups::Answer {
+                parent_gen: ds.generation,
+                child: f.header.ino,
+                child_gen: generation,
                 stamp,
-                parent.ino,
-                ds.generation,
-                name,
-                hash,
-                child,
-                generation,
-            );
+            };
+            lookups::put(&self.dirs.changes, parent.ino, name, hash, answer);
         }
         hook::at(Point::Resolved { ino: f.header.ino });
         let t = Target {
@@ -181,22 +177,22 @@ impl Inner {
     /// (lookups.rs). Loads only: no lock, no reference count.
     fn cached_dir(&self, parent: Target, name: &[u8], hash: u64) -> Option<Target> {
         let changes = &self.dirs.changes;
-        let (parent_gen, child, child_gen, stamp) = lookups::find(changes, parent.ino, name, hash)?;
-        if parent.generation.is_some_and(|g| g != parent_gen) {
+        let a = lookups::find(changes, parent.ino, name, hash)?;
+        if parent.generation.is_some_and(|g| g != a.parent_gen) {
             return None; // the locked path answers ESTALE
         }
         hook::at(Point::Looking { dir: parent.ino });
         // Checked after the hook (a test's racing change runs there), counter first: once it
         // reads the stamp, the answer is what a locked lookup would find at that moment.
-        if changes.stamp(parent.ino) != stamp
-            || self.dir_words(parent.ino) != Some((parent_gen, true))
+        if changes.stamp(parent.ino) != a.stamp
+            || self.dir_words(parent.ino) != Some((a.parent_gen, true))
         {
             return None;
         }
-        hook::at(Point::Resolved { ino: child });
+        hook::at(Point::Resolved { ino: a.child });
         Some(Target {
-            ino: child,
-            generation: Some(child_gen),
+            ino: a.child,
+            generation: Some(a.child_gen),
         })
     }
 
