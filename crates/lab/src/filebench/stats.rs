@@ -6,23 +6,55 @@ use crate::micro::measure::new_histogram;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-/// One thread's counters, indexed like the flowop list.
+/// One thread's counters, indexed like the flowop list. Ops are recorded into a small
+/// batch first and added to the counters and histograms a batch at a time: a personality
+/// runs up to 200 threads, so between two of one thread's ops the CPU has usually run other
+/// threads, and a histogram bucket and counter touched per op missed the caches (recording
+/// took 7-9% of a webproxy run's samples on nvmfs, whose ops are short enough to show it).
+/// A batch appends to one buffer and then works through the flowops' lines while they are hot.
 pub struct ThreadStats {
     per_op: Vec<(u64, u64, Histogram<u64>)>,
+    batch: Vec<Recorded>,
 }
+
+/// One op waiting in a thread's batch.
+#[derive(Clone, Copy)]
+struct Recorded {
+    flowop: u32,
+    latency_ns: u64,
+    bytes: u64,
+}
+
+/// Ops per batch: 24 KiB per thread.
+const BATCH: usize = 1024;
 
 impl ThreadStats {
     pub fn new(flowops: usize) -> Self {
         ThreadStats {
             per_op: (0..flowops).map(|_| (0, 0, new_histogram())).collect(),
+            batch: Vec::with_capacity(BATCH),
         }
     }
 
     pub fn record(&mut self, flowop: usize, latency_ns: u64, bytes: u64) {
-        let (count, total_bytes, hist) = &mut self.per_op[flowop];
-        *count += 1;
-        *total_bytes += bytes;
-        hist.saturating_record(latency_ns.max(1));
+        assert!(flowop < self.per_op.len(), "flowop {flowop} out of range");
+        self.batch.push(Recorded {
+            flowop: flowop as u32,
+            latency_ns,
+            bytes,
+        });
+        if self.batch.len() == BATCH {
+            self.add_batch();
+        }
+    }
+
+    fn add_batch(&mut self) {
+        for r in self.batch.drain(..) {
+            let (count, total_bytes, hist) = &mut self.per_op[r.flowop as usize];
+            *count += 1;
+            *total_bytes += r.bytes;
+            hist.saturating_record(r.latency_ns.max(1));
+        }
     }
 }
 
@@ -73,7 +105,8 @@ impl FlowopStats {
         let mut out: Vec<(u64, u64, Histogram<u64>)> = (0..flowops.len())
             .map(|_| (0, 0, new_histogram()))
             .collect();
-        for t in threads {
+        for mut t in threads {
+            t.add_batch();
             for (acc, (count, bytes, hist)) in out.iter_mut().zip(t.per_op) {
                 acc.0 += count;
                 acc.1 += bytes;
