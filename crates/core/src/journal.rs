@@ -118,10 +118,11 @@ impl<'a> Tx<'a> {
         self.pm
     }
 
-    /// Stages an in-place write of `data` at `off`, logging the bytes there now.
+    /// Stages an in-place write of `data` at `off`, logging the bytes there now (read
+    /// straight into the record being built: no buffer per write).
     pub fn write(&mut self, off: u64, data: &[u8]) {
-        let old = self.pm.read_vec(off, data.len());
-        self.write_with_old(off, &old, data);
+        let pm = self.pm;
+        self.stage(off, data, |old| pm.read(off, old));
     }
 
     /// Stages an in-place write whose undo value is `old` rather than the current bytes (for
@@ -129,11 +130,19 @@ impl<'a> Tx<'a> {
     /// hash-table slot).
     pub fn write_with_old(&mut self, off: u64, old: &[u8], data: &[u8]) {
         assert_eq!(old.len(), data.len());
+        self.stage(off, data, |dst| dst.copy_from_slice(old));
+    }
+
+    /// Appends an undo entry for `data` at `off` whose old bytes `fill_old` writes, and the
+    /// redo write itself.
+    fn stage(&mut self, off: u64, data: &[u8], fill_old: impl FnOnce(&mut [u8])) {
         let s = &mut *self.staging;
         s.undo.extend_from_slice(&off.to_le_bytes());
         s.undo.extend_from_slice(&(data.len() as u32).to_le_bytes());
         s.undo.extend_from_slice(&[0; 4]);
-        s.undo.extend_from_slice(old);
+        let at = s.undo.len();
+        s.undo.resize(at + data.len(), 0);
+        fill_old(&mut s.undo[at..]);
         s.undo.resize(s.undo.len().next_multiple_of(8), 0);
         s.count += 1;
         let start = s.redo_bytes.len();

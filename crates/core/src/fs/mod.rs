@@ -344,8 +344,8 @@ impl Inner {
         ds: &'a DirState,
     ) -> io::Result<RwLockWriteGuard<'a, Option<DirIndex>>> {
         let mut w = ds.index.write();
-        // Every change to a directory's entries goes through here: the per-thread lookup
-        // caches stop trusting their answers about it (lookups.rs).
+        // Every change to a directory's entries goes through here: the lookup cache stops
+        // trusting its answers about it (lookups.rs).
         self.dirs.changes.bump(ino);
         if w.is_none() {
             self.load_index(ino, ds, &mut w)?;
