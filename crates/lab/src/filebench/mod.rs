@@ -164,6 +164,14 @@ where
         if interrupted() {
             break;
         }
+        if index > 0 {
+            if let Some(log) = &log {
+                // filebench makes its filesets anew at every run, so each run's log starts at
+                // its preallocated size; kept from trial to trial it would grow by every
+                // trial's appends (gigabytes a trial on nvmfs) until the file system is full.
+                write_files(target.fs(), &log.fileset, interrupted)?;
+            }
+        }
         let remounted = target.remount()?;
         let out = engine::run_trial(
             target.fs(),
@@ -228,6 +236,15 @@ pub fn populate<F: MicroFs>(
         fs.mkdir(&fs.name(d))
             .map_err(|e| io::Error::new(e.kind(), format!("mkdir {d}: {e}")))?;
     }
+    write_files(fs, set, interrupted)
+}
+
+/// Creates (or truncates) every preallocated file of `set` and writes it to its size.
+fn write_files<F: MicroFs>(
+    fs: &F,
+    set: &Fileset,
+    interrupted: &dyn Fn() -> bool,
+) -> io::Result<()> {
     let chunk = vec![0x5Au8; 1 << 20];
     for f in set.files.iter().filter(|f| f.prealloc) {
         if interrupted() {

@@ -165,6 +165,34 @@ fn appends_are_uniform_below_iosize_and_reads_cover_whole_files() {
     assert!((mean - 499.5).abs() < 60.0, "mean append {mean}");
 }
 
+/// webserver's log is rewritten to its preallocated size before every trial (filebench makes
+/// its filesets anew per run), so at the end it holds that size and the last trial's appends
+/// only, not every trial's.
+#[test]
+fn the_log_starts_every_trial_at_its_preallocated_size() {
+    let mut cfg = tiny(Personality::Webserver);
+    // No warm-up: its appends are not counted, and the file's size must add up.
+    cfg.warmup_seconds = 0.0;
+    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-log", unique()));
+    let mut t = DirTarget::new(ScratchDir::create(dir).unwrap());
+    let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
+    let spec = cfg.personality.log_fileset().expect("webserver has a log");
+    let log = Fileset::build(&spec, cfg.seed ^ 0x106).unwrap();
+    let f = log
+        .files
+        .iter()
+        .find(|f| f.prealloc)
+        .expect("a preallocated log");
+    let appended = |t: &TrialResult| {
+        let app = t.flowops.iter().find(|f| f.name == "appendlog").unwrap();
+        app.bytes
+    };
+    assert!(r.trials.iter().all(|t| appended(t) > 0));
+    let last = appended(r.trials.last().unwrap());
+    let size = t.fs().stat(&t.fs().name(&f.path)).unwrap();
+    assert_eq!(size, f.size_bytes + last);
+}
+
 #[test]
 fn running_out_of_files_stops_early_with_the_reason() {
     // fileserver with 0% preallocated and 2 files: creates run out at once.

@@ -118,31 +118,35 @@ fn fileset_bytes(c: &PersonalityConfig) -> u64 {
     c.files as u64 * c.mean_file_size_bytes + log
 }
 
-/// nvmfs image size for one workload: the fileset twice over, 512 MiB, and
-/// for webserver room for its ever-growing log: 256 MiB per second of trial
-/// (nvmfs appended 175 MiB/s to it in a quick run here), or, when trials
-/// end after an op count, one full append per op if that is less. Smaller than the kernel
-/// devices because the image is preallocated and mapped with MAP_POPULATE
-/// at every mount (persistent memory has no sparse holes), which costs
-/// about a second per GiB on this machine.
+/// nvmfs image size for one workload: the fileset twice over, 512 MiB, and for webserver
+/// room for its log's growth in one trial (the log is rewritten to its preallocated size
+/// before each: `filebench::run`): 1 GiB per second of warm-up and run (nvmfs appended up to
+/// 0.9 GiB/s to it, 3.5 M ops/s with 8 KiB mean appends), or, when trials end after an op
+/// count, one full append per op if that is less; at most 8 GiB. Smaller than the kernel
+/// devices because the image is preallocated and mapped with MAP_POPULATE at every mount
+/// (persistent memory has no sparse holes), which costs about a second per GiB on this
+/// machine.
 pub fn nvmfs_image_bytes(run: &RunConfig) -> u64 {
     let c = &run.personality;
     let fileset = fileset_bytes(c);
     // Only webserver's log grows (appends); oltp writes inside its files.
     let log = if c.personality == Personality::Webserver {
-        let seconds = run.trials as f64 * (run.warmup_seconds + run.run_seconds);
-        let by_time = (seconds.max(0.0) * 256.0) as u64 * (1 << 20);
+        let seconds = run.warmup_seconds + run.run_seconds;
+        let by_time = (seconds.max(0.0) * 1024.0) as u64 * (1 << 20);
         let by_ops = run.ops_max.map_or(u64::MAX, |n| {
             // Warm-up ops are not bounded by the count: allow a second's worth.
-            let warmup = (run.warmup_seconds * 256.0) as u64 * (1 << 20);
-            run.trials as u64 * (n * c.append_size_bytes + warmup)
+            let warmup = (run.warmup_seconds * 1024.0) as u64 * (1 << 20);
+            n * c.append_size_bytes + warmup
         });
-        by_time.min(by_ops)
+        by_time.min(by_ops).min(LOG_ROOM_MAX)
     } else {
         0
     };
     (fileset * 2 + GIB / 2 + log).div_ceil(GIB / 4) * (GIB / 4)
 }
+
+/// The most room an nvmfs image keeps for webserver's log (RAM: the image lives in /dev/shm).
+const LOG_ROOM_MAX: u64 = 8 * GIB;
 
 /// Which targets a study runs, and what its paper called them.
 #[derive(Debug)]
