@@ -9,13 +9,14 @@
 //! The random ones use the data workloads' offset seed, so they touch the same blocks.
 
 use super::data::{pattern, BLOCK, CHUNK, RANDOM_OFFSET_SEED};
-use super::measure::{measure, Measured, Workload};
+use super::measure::{measure, Limits, Measured, Workload};
 use super::report::{Record, TargetKind};
-use super::{MicroConfig, Params, WorkloadId};
+use super::{MicroConfig, Params, Sharing, WorkloadId};
 use nvmfs::media::Pm;
 use std::hint::black_box;
 use std::io;
 use std::path::PathBuf;
+use std::sync::{Arc, Barrier};
 
 /// Larger than any CPU cache, so the copy streams from DRAM like a read of
 /// a big file does; capped so the reference costs little memory.
@@ -71,6 +72,58 @@ fn memcpy_1m(params: &Params, progress: &mut dyn FnMut(&str)) -> io::Result<Reco
     Ok(r)
 }
 
+/// seqread-1m's reference with `n` threads at once, each copying out of its own buffer: the
+/// memory bandwidth that `--threads` disjoint readers and writers share, and so the most
+/// their scaling can reach.
+fn memcpy_1m_threads(
+    params: &Params,
+    n: usize,
+    progress: &mut dyn FnMut(&str),
+) -> io::Result<Record> {
+    // Each buffer still larger than the CPU caches (32 MiB of L3 here).
+    let source = (params.data_size.min(MAX_SOURCE) / n as u64).max(64 << 20);
+    let limits = Limits {
+        start: Some(Arc::new(Barrier::new(n))),
+        ..params.limits.clone()
+    };
+    let parts = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..n)
+            .map(|k| {
+                let limits = limits.clone();
+                scope.spawn(move || {
+                    let mut w = Memcpy {
+                        src: pattern(source as usize, 7 + k as u64),
+                        dst: pattern(CHUNK, 8),
+                        offset: 0,
+                    };
+                    measure(&mut w, &limits)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a reference thread panicked"))
+            .collect::<io::Result<Vec<Measured>>>()
+    })?;
+    let note = format!(
+        "DRAM reference, {n} threads: each copies 1 MiB at a time from its own {} MiB buffer",
+        source >> 20
+    );
+    let w = WorkloadId::SeqRead1m;
+    let mut r = Record::new(
+        w.name(),
+        "memcpy",
+        TargetKind::Reference,
+        w.bytes_per_op(),
+        &Measured::merge(&parts),
+        vec![note],
+    );
+    r.threads = n as u32;
+    r.sharing = Some(Sharing::Disjoint);
+    progress(&format!("[memcpy] {n} threads: {}", r.summary()));
+    Ok(r)
+}
+
 /// The references of the selected workloads (none for a `run:nvmfs` child, whose
 /// parent measures them).
 pub fn all(
@@ -84,6 +137,9 @@ pub fn all(
     }
     if params.workloads.contains(&WorkloadId::SeqRead1m) {
         out.push(memcpy_1m(params, progress)?);
+        if params.threads > 1 {
+            out.push(memcpy_1m_threads(params, params.threads, progress)?);
+        }
     }
     let random = [WorkloadId::RandRead4k, WorkloadId::Overwrite4k];
     if random.iter().any(|w| params.workloads.contains(w)) {

@@ -820,8 +820,19 @@ fn threads_run_every_workload_disjoint_and_shared_and_clean_up() {
     // Room for the threads' data files beside the one-thread run's.
     cfg.image_size_bytes += cfg.file_size_bytes;
     let records = run(&cfg, &mut |_| {}).unwrap();
-    // 15 workloads x 2 targets x (1 thread, 2 disjoint, 2 shared) + three limits.
-    assert_eq!(records.len(), 15 * 2 * 3 + 3);
+    // 15 workloads x 2 targets x (1 thread, 2 disjoint, 2 shared) + three limits and the
+    // 1 MiB copy's limit with two threads.
+    assert_eq!(records.len(), 15 * 2 * 3 + 4);
+    let copies: Vec<_> = records
+        .iter()
+        .filter(|r| r.target == "memcpy" && r.workload == "seqread-1m")
+        .collect();
+    assert_eq!(copies.len(), 2);
+    assert_eq!(copies[1].sharing, Some(Sharing::Disjoint));
+    assert_eq!(
+        copies[1].scaling,
+        Some(copies[1].ops_per_sec / copies[0].ops_per_sec)
+    );
     for name in all_workloads() {
         for target in ["nvmfs", "tmpfs"] {
             let runs: Vec<_> = records
@@ -845,7 +856,13 @@ fn threads_run_every_workload_disjoint_and_shared_and_clean_up() {
                 assert_eq!(r.scaling, Some(r.ops_per_sec / one), "{r:?}");
                 // Against tmpfs run the same way, never against its one-thread record.
                 assert!(r.ratio_to_best_kernel.is_some(), "{r:?}");
-                assert_eq!(r.ratio_to_limit, None, "{r:?}");
+                // Against the two-thread copy, the one limit run with threads.
+                let limited = *name == "seqread-1m" && r.sharing == Some(Sharing::Disjoint);
+                assert_eq!(
+                    r.ratio_to_limit,
+                    limited.then(|| copies[1].ops_per_sec / r.ops_per_sec),
+                    "{r:?}"
+                );
             }
         }
     }
