@@ -110,6 +110,10 @@ pub enum Progress<'a> {
     TrialDone(&'a TrialResult),
 }
 
+/// What `run` reports before each trial after the first when it has rewritten the log
+/// fileset.
+pub const LOG_REWRITTEN: &str = "log fileset rewritten to its preallocated size";
+
 /// Populates the filesets on `target`, then runs the trials.
 pub fn run<T: LabTarget>(
     target: &mut T,
@@ -170,6 +174,7 @@ where
                 // its preallocated size; kept from trial to trial it would grow by every
                 // trial's appends (gigabytes a trial on nvmfs) until the file system is full.
                 write_files(target.fs(), &log.fileset, interrupted)?;
+                progress(Progress::Setup(LOG_REWRITTEN));
             }
         }
         let remounted = target.remount()?;
