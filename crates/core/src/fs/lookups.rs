@@ -131,15 +131,13 @@ fn key(parent: u32, len: usize) -> u64 {
     parent as u64 | (len as u64) << 32
 }
 
-/// `name` as little-endian words, zero padded.
-fn name_words(name: &[u8]) -> [u64; NAME_WORDS] {
-    let mut words = [0u64; NAME_WORDS];
-    for (w, chunk) in words.iter_mut().zip(name.chunks(8)) {
+/// `name`'s words: each 8 bytes of it little-endian, the last zero padded.
+fn name_words(name: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    name.chunks(8).map(|chunk| {
         let mut b = [0u8; 8];
         b[..chunk.len()].copy_from_slice(chunk);
-        *w = u64::from_le_bytes(b);
-    }
-    words
+        u64::from_le_bytes(b)
+    })
 }
 
 /// What was last found for `name` in `parent`. The caller checks its stamp
@@ -156,9 +154,10 @@ pub fn find(changes: &Changes, parent: u32, name: &[u8], hash: u64) -> Option<An
     {
         return None;
     }
-    let words = name_words(name);
-    let used = name.len().div_ceil(8);
-    if (0..used).any(|k| e.name[k].load(Ordering::Relaxed) != words[k]) {
+    if name_words(name)
+        .zip(&e.name)
+        .any(|(w, stored)| stored.load(Ordering::Relaxed) != w)
+    {
         return None;
     }
     let child = e.child.load(Ordering::Relaxed);
@@ -197,8 +196,8 @@ pub fn put(changes: &Changes, parent: u32, name: &[u8], hash: u64, answer: Answe
     fence(Ordering::Release);
     e.key.store(key(parent, name.len()), Ordering::Relaxed);
     e.hash.store(hash, Ordering::Relaxed);
-    for (slot, w) in e.name.iter().zip(name_words(name)) {
-        slot.store(w, Ordering::Relaxed);
+    for (stored, w) in e.name.iter().zip(name_words(name)) {
+        stored.store(w, Ordering::Relaxed);
     }
     e.child.store(
         answer.child as u64 | (answer.parent_gen as u64) << 32,

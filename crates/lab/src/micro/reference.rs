@@ -46,44 +46,17 @@ impl Workload for Memcpy {
     }
 }
 
-fn memcpy_1m(params: &Params, progress: &mut dyn FnMut(&str)) -> io::Result<Record> {
-    let source = params.data_size.min(MAX_SOURCE);
-    // Filling the buffers also faults their pages in, outside the clock.
-    let mut w = Memcpy {
-        src: pattern(source as usize, 7),
-        dst: pattern(CHUNK, 8),
-        offset: 0,
-    };
-    let m: Measured = measure(&mut w, &params.limits)?;
-    let note = format!(
-        "DRAM reference: 1 MiB copy from a {} MiB buffer, walked like seqread-1m walks its file",
-        source >> 20
-    );
-    let w = WorkloadId::SeqRead1m;
-    let r = Record::new(
-        w.name(),
-        "memcpy",
-        TargetKind::Reference,
-        w.bytes_per_op(),
-        &m,
-        vec![note],
-    );
-    progress(&format!("[memcpy] {}", r.summary()));
-    Ok(r)
-}
-
-/// seqread-1m's reference with `n` threads at once, each copying out of its own buffer: the
-/// memory bandwidth that `--threads` disjoint readers and writers share, and so the most
-/// their scaling can reach.
-fn memcpy_1m_threads(
-    params: &Params,
-    n: usize,
-    progress: &mut dyn FnMut(&str),
-) -> io::Result<Record> {
+/// seqread-1m's reference with `n` threads at once, each copying out of its own buffer. With
+/// more than one, the memory bandwidth that `--threads` disjoint readers and writers share,
+/// and so the most their scaling can reach.
+fn memcpy_1m(params: &Params, n: usize, progress: &mut dyn FnMut(&str)) -> io::Result<Record> {
     // Each buffer still larger than the CPU caches (32 MiB of L3 here).
-    let source = (params.data_size.min(MAX_SOURCE) / n as u64).max(64 << 20);
+    let source = match n {
+        1 => params.data_size.min(MAX_SOURCE),
+        _ => (params.data_size.min(MAX_SOURCE) / n as u64).max(64 << 20),
+    };
     let limits = Limits {
-        start: Some(Arc::new(Barrier::new(n))),
+        start: (n > 1).then(|| Arc::new(Barrier::new(n))),
         ..params.limits.clone()
     };
     let parts = std::thread::scope(|scope| {
@@ -91,6 +64,7 @@ fn memcpy_1m_threads(
             .map(|k| {
                 let limits = limits.clone();
                 scope.spawn(move || {
+                    // Filling the buffers also faults their pages in, outside the clock.
                     let mut w = Memcpy {
                         src: pattern(source as usize, 7 + k as u64),
                         dst: pattern(CHUNK, 8),
@@ -105,10 +79,15 @@ fn memcpy_1m_threads(
             .map(|h| h.join().expect("a reference thread panicked"))
             .collect::<io::Result<Vec<Measured>>>()
     })?;
-    let note = format!(
-        "DRAM reference, {n} threads: each copies 1 MiB at a time from its own {} MiB buffer",
-        source >> 20
-    );
+    let mib = source >> 20;
+    let note = match n {
+        1 => format!(
+            "DRAM reference: 1 MiB copy from a {mib} MiB buffer, walked like seqread-1m walks its file"
+        ),
+        _ => format!(
+            "DRAM reference, {n} threads: each copies 1 MiB at a time from its own {mib} MiB buffer"
+        ),
+    };
     let w = WorkloadId::SeqRead1m;
     let mut r = Record::new(
         w.name(),
@@ -118,9 +97,11 @@ fn memcpy_1m_threads(
         &Measured::merge(&parts),
         vec![note],
     );
-    r.threads = n as u32;
-    r.sharing = Some(Sharing::Disjoint);
-    progress(&format!("[memcpy] {n} threads: {}", r.summary()));
+    if n > 1 {
+        r.threads = n as u32;
+        r.sharing = Some(Sharing::Disjoint);
+    }
+    progress(&format!("[memcpy] {}", r.summary()));
     Ok(r)
 }
 
@@ -136,9 +117,9 @@ pub fn all(
         return Ok(out);
     }
     if params.workloads.contains(&WorkloadId::SeqRead1m) {
-        out.push(memcpy_1m(params, progress)?);
+        out.push(memcpy_1m(params, 1, progress)?);
         if params.threads > 1 {
-            out.push(memcpy_1m_threads(params, params.threads, progress)?);
+            out.push(memcpy_1m(params, params.threads, progress)?);
         }
     }
     let random = [WorkloadId::RandRead4k, WorkloadId::Overwrite4k];

@@ -131,11 +131,11 @@ pub fn nvmfs_image_bytes(run: &RunConfig) -> u64 {
     let fileset = fileset_bytes(c);
     // Only webserver's log grows (appends); oltp writes inside its files.
     let log = if c.personality == Personality::Webserver {
-        let seconds = run.warmup_seconds + run.run_seconds;
-        let by_time = (seconds.max(0.0) * 1024.0) as u64 * (1 << 20);
+        let room = |seconds: f64| (seconds.max(0.0) * LOG_MIB_PER_SECOND) as u64 * (1 << 20);
+        let by_time = room(run.warmup_seconds + run.run_seconds);
         let by_ops = run.ops_max.map_or(u64::MAX, |n| {
-            // Warm-up ops are not bounded by the count: allow a second's worth.
-            let warmup = (run.warmup_seconds * 1024.0) as u64 * (1 << 20);
+            // Warm-up ops are not bounded by the count: allow for the warm-up's time.
+            let warmup = room(run.warmup_seconds);
             n * c.append_size_bytes + warmup
         });
         by_time.min(by_ops).min(LOG_ROOM_MAX)
@@ -147,6 +147,8 @@ pub fn nvmfs_image_bytes(run: &RunConfig) -> u64 {
 
 /// The most room an nvmfs image keeps for webserver's log (RAM: the image lives in /dev/shm).
 const LOG_ROOM_MAX: u64 = 8 * GIB;
+/// webserver's log growth an nvmfs image keeps room for, per second of trial.
+const LOG_MIB_PER_SECOND: f64 = 1024.0;
 
 /// Which targets a study runs, and what its paper called them.
 #[derive(Debug)]
