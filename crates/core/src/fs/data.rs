@@ -65,13 +65,16 @@ impl TranslationCache {
 
 /// One block's share of a byte range: the logical block, the offset in it, the offset in the
 /// range and the length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Piece {
     pub lblk: u64,
     pub in_blk: usize,
     pub at: usize,
     pub len: usize,
 }
+
+/// How many blocks of a read are translated before their data is copied.
+const READ_GROUP: usize = 8;
 
 /// Splits `[off, off + len)` at block boundaries, in order.
 pub(crate) fn pieces(off: u64, len: usize) -> impl Iterator<Item = Piece> {
@@ -163,40 +166,72 @@ impl Inner {
         // Physically adjacent blocks are copied as one run (one memcpy the prefetcher can
         // follow); `run` is (source offset, start in buf, length).
         let mut run: Option<(u64, usize, usize)> = None;
-        for Piece {
-            lblk,
-            in_blk,
-            at,
-            len,
-        } in pieces(off, n)
-        {
-            let lblk = lblk as u32;
-            if at + len < n {
-                self.map.prefetch(&self.pm, ino, lblk + 1);
+        let mut rest = pieces(off, n);
+        let mut group = [(Piece::default(), None); READ_GROUP];
+        loop {
+            let k = self.translate_group(ino, &mut rest, &mut group, cache);
+            if k == 0 {
+                break;
             }
-            match self.translate(ino, lblk, cache) {
-                Some(p) => {
-                    self.tier_read(ino, lblk, p);
-                    let src = self.geo.data_off(p) + in_blk as u64;
-                    run = match run {
-                        Some((s, d, l)) if s + l as u64 == src => Some((s, d, l + len)),
-                        prev => {
-                            self.copy_run(prev, buf);
-                            Some((src, at, len))
+            for &(piece, pblk) in &group[..k] {
+                let Piece {
+                    lblk,
+                    in_blk,
+                    at,
+                    len,
+                } = piece;
+                let lblk = lblk as u32;
+                match pblk {
+                    Some(p) => {
+                        self.tier_read(ino, lblk, p);
+                        let src = self.geo.data_off(p) + in_blk as u64;
+                        run = match run {
+                            Some((s, d, l)) if s + l as u64 == src => Some((s, d, l + len)),
+                            prev => {
+                                self.copy_run(prev, buf);
+                                Some((src, at, len))
+                            }
+                        };
+                    }
+                    None => {
+                        self.copy_run(run.take(), buf);
+                        let out = &mut buf[at..at + len];
+                        if !self.read_cold(ino, lblk, in_blk, out, cold)? {
+                            out.fill(0);
                         }
-                    };
-                }
-                None => {
-                    self.copy_run(run.take(), buf);
-                    let out = &mut buf[at..at + len];
-                    if !self.read_cold(ino, lblk, in_blk, out, cold)? {
-                        out.fill(0);
                     }
                 }
             }
         }
         self.copy_run(run, buf);
         Ok(n)
+    }
+
+    /// Translates the next (up to) `READ_GROUP` pieces of a read into `group` and returns
+    /// how many. Each piece's cache misses are started before any is waited for: the hash
+    /// slots of the whole group first, then the first line (and page walk) of each block as
+    /// it is found, so that the copies that follow find their blocks on the way. Measured on
+    /// four random 4 KiB blocks: the copy takes about 20% less time (docs/LAB.md).
+    fn translate_group(
+        &self,
+        ino: u32,
+        rest: &mut impl Iterator<Item = Piece>,
+        group: &mut [(Piece, Option<u64>); READ_GROUP],
+        cache: &mut TranslationCache,
+    ) -> usize {
+        let mut k = 0;
+        for (slot, piece) in group.iter_mut().zip(rest) {
+            self.map.prefetch(&self.pm, ino, piece.lblk as u32);
+            *slot = (piece, None);
+            k += 1;
+        }
+        for (piece, pblk) in &mut group[..k] {
+            *pblk = self.translate(ino, piece.lblk as u32, cache);
+            if let Some(p) = *pblk {
+                self.pm.prefetch(self.geo.data_off(p) + piece.in_blk as u64);
+            }
+        }
+        k
     }
 
     fn copy_run(&self, run: Option<(u64, usize, usize)>, buf: &mut [u8]) {
