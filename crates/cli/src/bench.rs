@@ -146,7 +146,8 @@ pub struct MicroArgs {
     depth: Option<u32>,
     /// Also run every workload with N threads, on disjoint files (each thread 1/N of the data
     /// file and file sets) and on one shared file or directory, and report each against one
-    /// thread (the default image grows by --file-size for the threads' data files)
+    /// thread, with the CPU link measured right after each threaded run (the default image
+    /// grows by --file-size for the threads' data files)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=micro::MAX_THREADS as i64))]
     threads: Option<u32>,
     #[arg(long, value_name = "SIZE", value_parser = parse_size, help = with_default(

@@ -63,6 +63,11 @@ pub struct Record {
     /// With more than one thread: ops/s over the same target's one-thread record.
     #[serde(default)]
     pub scaling: Option<f64>,
+    /// With more than one thread: the round trip of a cache line between the first two CPUs,
+    /// measured right after the run (core_link.rs). Threads that share cache lines scale
+    /// far worse when the host has placed the CPUs far apart, and it moves them now and then.
+    #[serde(default)]
+    pub core_link_ns: Option<f64>,
     pub notes: Vec<String>,
 }
 
@@ -98,6 +103,7 @@ impl Record {
             threads: 1,
             sharing: None,
             scaling: None,
+            core_link_ns: None,
             notes,
         }
     }
@@ -183,8 +189,8 @@ pub fn format_table(records: &[Record]) -> String {
         .max(14);
     // The threads columns only when some record ran with more than one thread.
     let threaded = records.iter().any(|r| r.sharing.is_some());
-    let run_cols = |run: &str, scaling: &str| match threaded {
-        true => format!(" {run:<12} {scaling:>11}"),
+    let run_cols = |run: &str, scaling: &str, link: &str| match threaded {
+        true => format!(" {run:<12} {scaling:>11} {link:>8}"),
         false => String::new(),
     };
     let mut out = String::new();
@@ -193,7 +199,7 @@ pub fn format_table(records: &[Record]) -> String {
         "{:<ww$} {:<tw$}{} {:>14} {:>9} {:>9} {:>10} {:>9}",
         "workload",
         "target",
-        run_cols("threads", "vs 1 thread"),
+        run_cols("threads", "vs 1 thread", "CPU link"),
         "ops/s",
         "p50",
         "p99",
@@ -207,7 +213,12 @@ pub fn format_table(records: &[Record]) -> String {
             "{:<ww$} {:<tw$}{} {:>14} {:>9} {:>9} {:>10} {:>9}",
             r.workload,
             r.target,
-            run_cols(&r.run_name(), &times(r.scaling)),
+            run_cols(
+                &r.run_name(),
+                &times(r.scaling),
+                &r.core_link_ns
+                    .map_or_else(|| "-".to_string(), |ns| format!("{ns:.0} ns"))
+            ),
             group_thousands(r.ops_per_sec.round() as u64),
             format_ns(r.latency_ns.p50),
             format_ns(r.latency_ns.p99),

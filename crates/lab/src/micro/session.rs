@@ -207,6 +207,7 @@ impl<'a, F: MicroFs> Session<'a, F> {
         if let Some(s) = sharing {
             r.threads = self.params.threads as u32;
             r.sharing = Some(s);
+            r.core_link_ns = crate::core_link::round_trip_ns();
         }
         self.say(&r.summary());
         r

@@ -181,6 +181,7 @@ fn record(workload: &str, target: &str, kind: TargetKind, ops_per_sec: f64) -> R
         threads: 1,
         sharing: None,
         scaling: None,
+        core_link_ns: None,
         notes: vec![],
     }
 }
@@ -851,8 +852,12 @@ fn threads_run_every_workload_disjoint_and_shared_and_clean_up() {
             );
             let one = runs[0].ops_per_sec;
             assert_eq!(runs[0].scaling, None);
+            assert_eq!(runs[0].core_link_ns, None, "one thread has no CPU link");
             for r in &runs[1..] {
                 assert!(r.ops > 0, "{r:?}");
+                // Measured beside every threaded run (None only when the probe's threads
+                // could not run together, as on one CPU).
+                assert!(r.core_link_ns.is_none_or(|ns| ns > 0.0), "{r:?}");
                 assert_eq!(r.scaling, Some(r.ops_per_sec / one), "{r:?}");
                 // Against tmpfs run the same way, never against its one-thread record.
                 assert!(r.ratio_to_best_kernel.is_some(), "{r:?}");
@@ -868,7 +873,8 @@ fn threads_run_every_workload_disjoint_and_shared_and_clean_up() {
     }
     let table = format_table(&records);
     assert!(
-        table.lines().next().unwrap().contains("vs 1 thread"),
+        table.lines().next().unwrap().contains("vs 1 thread")
+            && table.lines().next().unwrap().contains("CPU link"),
         "{table}"
     );
     assert!(
