@@ -103,6 +103,12 @@ pub struct Args {
     ops: Option<u64>,
     #[arg(long, value_name = "N", help = format!("Seed of the tree, sizes and offsets (the same on every target) [default: {SEED}]"))]
     seed: Option<u64>,
+    /// Keep every trial whatever the CPU placement. By default a trial run while the host had
+    /// placed the two CPUs farther apart than the nearest placement seen in this run (a CPU
+    /// link more than 3x the shortest measured) is set aside and run again, at most as many
+    /// times as there are trials (docs/LAB.md, "nvmfs's trial-to-trial spread")
+    #[arg(long)]
+    any_placement: bool,
     /// Also write the configuration and every target's results to FILE as JSON
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -248,6 +254,7 @@ fn run_config(args: &Args) -> Result<RunConfig, String> {
         run_seconds: args.seconds.unwrap_or(SECONDS),
         ops_max: args.ops,
         seed: args.seed.unwrap_or(SEED),
+        hold_placement: !args.any_placement,
     };
     if !cfg.run_seconds.is_finite() || cfg.run_seconds <= 0.0 {
         return Err(format!("--seconds must be > 0, got {}", cfg.run_seconds));
@@ -418,7 +425,11 @@ fn on_progress(p: Progress<'_>) {
                 .core_link_ns
                 .map(|ns| format!(", CPU link {ns:.0} ns"))
                 .unwrap_or_default(),
-            if t.discarded { " (discarded)" } else { "" },
+            match (&t.set_aside, t.discarded) {
+                (Some(why), _) => format!(" (set aside: {why})"),
+                (None, true) => " (discarded)".to_string(),
+                (None, false) => String::new(),
+            },
             t.stopped_early
                 .as_deref()
                 .map(|w| format!(" (stopped early: {w})"))

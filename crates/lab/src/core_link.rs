@@ -5,7 +5,9 @@
 //! CPUs near each other (a round trip of about 75 ns) or far apart (about 365 ns), and moves
 //! them now and then. A workload whose threads share cache lines (locks, reference counts, a
 //! fileset's pick state) runs at about half its rate in the far placement, so the lab
-//! measures the link after every Filebench trial and reports it beside the trial
+//! measures the link before and after every Filebench trial, reports it beside the trial and
+//! sets aside trials run farther than the nearest placement seen (`best_ns`;
+//! filebench/placement.rs), and measures it after every `bench micro --threads` run
 //! (docs/LAB.md, "nvmfs's trial-to-trial spread").
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,6 +23,24 @@ const DEADLINE: Duration = Duration::from_millis(100);
 /// mask, in nanoseconds; None with fewer than two CPUs, when pinning fails, or when the two
 /// threads did not get to run together within the deadline.
 pub fn round_trip_ns() -> Option<f64> {
+    let ns = measure()?;
+    BEST_BITS.fetch_min(ns.to_bits(), Ordering::Relaxed);
+    Some(ns)
+}
+
+/// The shortest round trip any `round_trip_ns` of this process has measured (positive
+/// floats order as their bits do).
+static BEST_BITS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The shortest round trip this process has measured so far: the nearest placement seen.
+pub fn best_ns() -> Option<f64> {
+    match BEST_BITS.load(Ordering::Relaxed) {
+        u64::MAX => None,
+        bits => Some(f64::from_bits(bits)),
+    }
+}
+
+fn measure() -> Option<f64> {
     let (a, b) = two_cpus()?;
     let counter = AtomicU64::new(0);
     let give_up = AtomicBool::new(false);

@@ -154,6 +154,9 @@ pub struct CpuTimes {
     /// (`core_link`): where the host placed the virtual CPUs, which moves shared-line costs.
     #[serde(default)]
     pub core_link_ns: Option<f64>,
+    /// The same, measured just before the trial's threads started (after the remount).
+    #[serde(default)]
+    pub core_link_before_ns: Option<f64>,
 }
 
 /// Runs one trial of `workload`: every thread of every group.
@@ -783,6 +786,7 @@ impl CpuSample {
             system_seconds: later.system - self.system,
             machine_busy_fraction: busy,
             core_link_ns: None,
+            core_link_before_ns: None,
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod fileset;
 mod gamma;
 mod index_set;
 pub mod personality;
+pub mod placement;
 pub mod sem;
 pub mod stats;
 
@@ -51,6 +52,9 @@ pub struct RunConfig {
     /// the IO summary counts them (semaphore and hog flowops do not count).
     pub ops_max: Option<u64>,
     pub seed: u64,
+    /// Sets aside (and runs again) trials the host ran at a farther CPU placement than the
+    /// nearest one seen (placement.rs).
+    pub hold_placement: bool,
 }
 
 impl RunConfig {
@@ -75,8 +79,11 @@ impl RunConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrialResult {
     pub index: usize,
-    /// The first of several trials is discarded (run rule).
+    /// Not counted: the first of several trials (run rule), or one set aside.
     pub discarded: bool,
+    /// Why the trial was set aside and run again (placement.rs), if it was.
+    #[serde(default)]
+    pub set_aside: Option<String>,
     /// Whether the file system was remounted (caches dropped) before it.
     pub remounted: bool,
     pub seconds: f64,
@@ -164,7 +171,10 @@ where
         ops_max: cfg.ops_max,
     };
     let mut trials = Vec::new();
-    for index in 0..cfg.trials {
+    let mut guard = placement::PlacementGuard::new(cfg.hold_placement, cfg.trials);
+    let mut counted = 0;
+    let mut index = 0;
+    while counted < cfg.trials {
         if interrupted() {
             break;
         }
@@ -178,7 +188,8 @@ where
             }
         }
         let remounted = target.remount()?;
-        let out = engine::run_trial(
+        let link_before = crate::core_link::round_trip_ns();
+        let mut out = engine::run_trial(
             target.fs(),
             &main,
             log.as_ref(),
@@ -194,9 +205,19 @@ where
                 })
             },
         )?;
+        out.cpu.core_link_before_ns = link_before;
+        let first = counted == 0 && cfg.trials > 1;
+        let set_aside = match first {
+            true => None,
+            false => guard.judge(crate::core_link::best_ns(), link_before, &out.cpu),
+        };
+        if set_aside.is_none() {
+            counted += 1;
+        }
         let trial = TrialResult {
             index,
-            discarded: index == 0 && cfg.trials > 1,
+            discarded: first || set_aside.is_some(),
+            set_aside,
             remounted,
             seconds: out.seconds,
             summary: IoSummary::of(&out.flowops, out.seconds),
@@ -207,6 +228,7 @@ where
         progress(Progress::TrialDone(&trial));
         let stop = trial.stopped_early.is_some();
         trials.push(trial);
+        index += 1;
         if stop {
             break;
         }

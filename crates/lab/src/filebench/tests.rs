@@ -26,6 +26,8 @@ fn tiny(p: Personality) -> RunConfig {
         run_seconds: 60.0,
         ops_max: Some(600),
         seed: 11,
+        // Under the tests' load the CPU link says nothing about placement.
+        hold_placement: false,
     }
 }
 
@@ -266,6 +268,7 @@ fn oltp_op_limit_stops_threads_blocked_on_semaphores() {
         run_seconds: 60.0,
         ops_max: Some(300),
         seed: 5,
+        hold_placement: false,
     };
     let mut t = scratch("oltp-stop");
     let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
@@ -309,6 +312,7 @@ fn oltp_semaphores_pace_writers_by_reads() {
         run_seconds: 60.0,
         ops_max: Some(3_000),
         seed: 9,
+        hold_placement: false,
     };
     let mut t = scratch("oltp-pace");
     let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
@@ -336,4 +340,28 @@ fn oltp_semaphores_pace_writers_by_reads() {
         reads + writes + log,
         "semaphores and hog are not in the IO summary"
     );
+}
+
+/// With the placement rule on, a run still counts exactly its trials: set-aside trials (any
+/// the probe judged far) come on top, each discarded and with its reason, at most one per
+/// trial, and the summary is over the counted ones only.
+#[test]
+fn set_aside_trials_are_run_again_and_not_counted() {
+    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-placement", unique()));
+    let mut target = DirTarget::new(ScratchDir::create(dir.clone()).unwrap());
+    let mut cfg = tiny(Personality::Webserver);
+    cfg.hold_placement = true;
+    let r = run(&mut target, &cfg, &|| false, &mut |_| {}).unwrap();
+    let counted = r.trials.iter().filter(|t| !t.discarded).count();
+    assert_eq!(counted, cfg.trials - 1, "{:?}", r.trials);
+    let aside: Vec<_> = r.trials.iter().filter(|t| t.set_aside.is_some()).collect();
+    assert!(aside.iter().all(|t| t.discarded), "{aside:?}");
+    assert_eq!(r.trials.len(), cfg.trials + aside.len());
+    assert!(aside.len() <= cfg.trials);
+    assert!(r.trials[0].discarded && r.trials[0].set_aside.is_none());
+    assert_eq!(r.ops_per_sec.as_ref().map(|s| s.n), Some(counted));
+    let indexes: Vec<_> = r.trials.iter().map(|t| t.index).collect();
+    assert_eq!(indexes, (0..r.trials.len()).collect::<Vec<_>>());
+    drop(target);
+    assert!(!dir.exists());
 }

@@ -58,6 +58,10 @@ pub struct StudyConfig {
     pub seed: u64,
     /// Trials and phase lengths of the database workloads (YCSB, TPC-C).
     pub db: DbPhases,
+    /// Filebench trials run at a farther CPU placement than the nearest seen are set aside
+    /// and run again (filebench/placement.rs).
+    #[serde(default)]
+    pub hold_placement: bool,
     /// How the `run:nvmfs` target starts `nvmfs run` (set by the command line).
     #[serde(skip)]
     pub runner: targets::Runner,
@@ -112,6 +116,7 @@ impl StudyConfig {
             baseline: "ext4".into(),
             seed: 2015,
             db,
+            hold_placement: true,
             runner: targets::Runner::Absent,
         }
     }
@@ -468,6 +473,7 @@ fn filebench_run(
         run_seconds: cfg.run_seconds,
         ops_max: cfg.ops_max,
         seed: cfg.seed,
+        hold_placement: cfg.hold_placement,
     }
 }
 

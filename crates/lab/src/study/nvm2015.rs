@@ -374,11 +374,17 @@ fn intro(result: &StudyResult) -> String {
         "Reproduces \"An Empirical Study of File Systems on NVM\" (MSST 2015): its Filebench figures (Figs. 2-4) and its application figures (Figs. 5-11). \
          `{}` run: file counts are 1/{} of the paper's Table I, everything else (file sizes, directory widths, \
          I/O sizes, 50 threads, flowop order) as in the paper. {} trials per workload and target, the first \
-         discarded; {} s warm-up and {} s measured each; kernel file systems are made fresh for every workload \
+         discarded{}; {} s warm-up and {} s measured each; kernel file systems are made fresh for every workload \
          and remounted before every trial. Total time {:.0} s{}.\n",
         cfg.size.name(),
         cfg.size.divisor(),
         cfg.trials,
+        if cfg.hold_placement {
+            " and any run while the host had placed the two CPUs farther apart than the nearest placement seen \
+             set aside and run again (at most as many as the trials; docs/LAB.md)"
+        } else {
+            ""
+        },
         cfg.warmup_seconds,
         cfg.run_seconds,
         result.wall_seconds,

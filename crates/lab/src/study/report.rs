@@ -237,21 +237,30 @@ fn core_link_note(result: &StudyResult) -> Option<String> {
     let min = links.iter().copied().reduce(f64::min)?;
     let max = links.iter().copied().reduce(f64::max)?;
     let far = links.iter().filter(|&&ns| ns > 1.5 * min).count();
+    let set_aside = result
+        .cells
+        .iter()
+        .filter_map(|c| c.result.as_ref().and_then(|r| r.filebench()))
+        .flat_map(|r| r.trials.iter().filter(|t| t.set_aside.is_some()))
+        .count();
     (max > 1.5 * min).then(|| {
         format!(
             "the CPU-to-CPU cache-line round trip measured after each Filebench trial moved \
              between {min:.0} and {max:.0} ns ({far} of {} trials above 1.5x the fastest): \
              the host placed the CPUs differently during the run, and threads that share \
              cache lines (locks, counters, the fileset's pick state) run slower in those \
-             trials; `core_link_ns` in trials.csv tells which",
-            links.len()
+             trials; `core_link_ns` in trials.csv tells which. {set_aside} trials were set \
+             aside and run again for a link more than {}x the nearest placement's \
+             (`set_aside` in trials.csv)",
+            links.len(),
+            crate::filebench::placement::FACTOR
         )
     })
 }
 
 fn trials_csv(result: &StudyResult) -> String {
     let mut s = String::from(
-        "workload,target,trial,discarded,remounted,seconds,ops,ops_per_sec,mb_per_sec,reads_per_sec,writes_per_sec,ms_per_op,cpu_user_s,cpu_system_s,machine_busy,core_link_ns,stopped_early\n",
+        "workload,target,trial,discarded,remounted,seconds,ops,ops_per_sec,mb_per_sec,reads_per_sec,writes_per_sec,ms_per_op,cpu_user_s,cpu_system_s,machine_busy,core_link_ns,stopped_early,core_link_before_ns,set_aside\n",
     );
     for c in &result.cells {
         if let Some(d) = c.result.as_ref().and_then(|r| r.database()) {
@@ -274,7 +283,7 @@ fn trials_csv(result: &StudyResult) -> String {
         for t in &r.trials {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{},{:.4},{},{:.2},{:.3},{:.2},{:.2},{:.5},{:.4},{:.4},{},{},{}",
+                "{},{},{},{},{},{:.4},{},{:.2},{:.3},{:.2},{:.2},{:.5},{:.4},{:.4},{},{},{},{},{}",
                 c.workload,
                 c.target,
                 t.index,
@@ -294,6 +303,10 @@ fn trials_csv(result: &StudyResult) -> String {
                     .core_link_ns
                     .map_or(String::new(), |ns| format!("{ns:.0}")),
                 csv_field(t.stopped_early.as_deref().unwrap_or("")),
+                t.cpu
+                    .core_link_before_ns
+                    .map_or(String::new(), |ns| format!("{ns:.0}")),
+                csv_field(t.set_aside.as_deref().unwrap_or("")),
             );
         }
     }
@@ -312,7 +325,7 @@ fn other_trial_csv(
 ) {
     let _ = writeln!(
         s,
-        "{},{},{},{},{},{:.4},{},{:.2},{},,,,,,,,",
+        "{},{},{},{},{},{:.4},{},{:.2},{},,,,,,,,,,",
         c.workload,
         c.target,
         index,

@@ -450,6 +450,7 @@ impl Runner<'_> {
             run_seconds: c.filebench.run_seconds,
             ops_max: None,
             seed: c.seed,
+            hold_placement: c.filebench.hold_placement,
         };
         let image = crate::study::targets::filebench_image(&run);
         let opts = FormatOptions {

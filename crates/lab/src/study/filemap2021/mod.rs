@@ -113,6 +113,9 @@ pub struct FilebenchPhases {
     pub trials: usize,
     pub warmup_seconds: f64,
     pub run_seconds: f64,
+    /// Trials run at a farther CPU placement than the nearest seen are set aside and run
+    /// again (filebench/placement.rs).
+    pub hold_placement: bool,
 }
 
 /// Everything a run of the study needs.
@@ -191,6 +194,7 @@ impl MapStudyConfig {
                 trials: filebench.0,
                 warmup_seconds: filebench.1,
                 run_seconds: filebench.2,
+                hold_placement: true,
             },
             only_experiments: Vec::new(),
             only_mappings: Vec::new(),

@@ -692,6 +692,8 @@ where
         run_seconds: cfg.fileserver_seconds,
         ops_max: Some(cfg.fileserver_ops),
         seed,
+        // One trial that ages the image: not compared with another target's.
+        hold_placement: false,
     };
     let mut target = Fixed(fs);
     let r = filebench::run(&mut target, &rc, interrupted, &mut |_| {})?;
