@@ -188,7 +188,11 @@ where
             }
         }
         let remounted = target.remount()?;
-        let link_before = crate::core_link::round_trip_ns();
+        let first = counted == 0 && cfg.trials > 1;
+        let link_before = match cfg.hold_placement && !first {
+            true => placement::wait_for_near(&mut |m| progress(Progress::Setup(m))),
+            false => crate::core_link::round_trip_ns(),
+        };
         let mut out = engine::run_trial(
             target.fs(),
             &main,
@@ -206,7 +210,6 @@ where
             },
         )?;
         out.cpu.core_link_before_ns = link_before;
-        let first = counted == 0 && cfg.trials > 1;
         let set_aside = match first {
             true => None,
             false => guard.judge(crate::core_link::best_ns(), link_before, &out.cpu),

@@ -9,14 +9,78 @@
 //! trial-to-trial spread"). A run whose trials straddle placements has a wide interval, and
 //! two targets measured at different placements are not compared on the same machine.
 //!
-//! So a trial that would be kept is set aside, and run again, when the CPU link measured just
-//! before or just after it is more than `FACTOR` times the shortest link this process has
-//! measured (the nearest placement seen, by any target's trials). A run sets aside at most as
-//! many trials as it keeps; after that, trials are kept whatever the placement, with their
-//! link in the record. Where the placement never moves (bare metal, a pinned VM), nothing is
-//! set aside.
+//! So before a trial that would be kept, the run waits for the near placement (probing the
+//! link every `PROBE_EVERY`, for at most `WAIT_PER_TRIAL`, and at most `WAIT_TOTAL` over the
+//! whole process), and a trial is set aside, and run again, when the CPU link measured just
+//! before or just after it is still more than `FACTOR` times the shortest link this process
+//! has measured (the nearest placement seen, by any target's trials). A run sets aside at most
+//! as many trials as it keeps; after that, trials are kept whatever the placement, with their
+//! link in the record. Where the placement never moves (bare metal, a pinned VM), nothing
+//! waits and nothing is set aside.
 
 use super::engine::CpuTimes;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How often a wait probes the link.
+pub const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// The longest wait before one trial. The far placement has lasted from seconds to about a
+/// minute at a time here.
+pub const WAIT_PER_TRIAL: Duration = Duration::from_secs(15);
+/// The most a process waits in all: beyond it, the placement is taken as it comes.
+pub const WAIT_TOTAL: Duration = Duration::from_secs(300);
+
+/// Milliseconds this process has waited for the near placement.
+static WAITED_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether `ns` is within `FACTOR` of the nearest placement's link `best`.
+fn near(ns: f64, best: f64) -> bool {
+    ns <= FACTOR * best
+}
+
+/// Waits until the CPU link is back within `FACTOR` of the nearest seen, within the limits
+/// above; returns the last link measured. `say` is told once when a wait begins.
+pub fn wait_for_near(say: &mut dyn FnMut(&str)) -> Option<f64> {
+    let left = WAIT_TOTAL.saturating_sub(Duration::from_millis(WAITED_MS.load(Ordering::Relaxed)));
+    let (ns, waited) = wait_with(
+        crate::core_link::round_trip_ns,
+        crate::core_link::best_ns,
+        WAIT_PER_TRIAL.min(left),
+        std::thread::sleep,
+        say,
+    );
+    WAITED_MS.fetch_add(waited.as_millis() as u64, Ordering::Relaxed);
+    ns
+}
+
+/// `wait_for_near` with its probe, nearest link, limit and sleep given: the last link probed
+/// and the time slept.
+fn wait_with(
+    mut probe: impl FnMut() -> Option<f64>,
+    best: impl Fn() -> Option<f64>,
+    limit: Duration,
+    mut sleep: impl FnMut(Duration),
+    say: &mut dyn FnMut(&str),
+) -> (Option<f64>, Duration) {
+    let mut waited = Duration::ZERO;
+    loop {
+        let ns = probe();
+        let (Some(now), Some(b)) = (ns, best()) else {
+            return (ns, waited);
+        };
+        if near(now, b) || waited + PROBE_EVERY > limit {
+            return (ns, waited);
+        }
+        if waited.is_zero() {
+            say(&format!(
+                "waiting up to {} s for the near CPU placement (link {now:.0} ns, nearest {b:.0} ns)",
+                limit.as_secs()
+            ));
+        }
+        sleep(PROBE_EVERY);
+        waited += PROBE_EVERY;
+    }
+}
 
 /// How much longer than the nearest placement's link a trial's link may be. The two
 /// placements seen here differ five- to eightfold, while one placement's probes vary by up to
@@ -55,7 +119,7 @@ impl PlacementGuard {
             .into_iter()
             .flatten()
             .fold(None, |w: Option<f64>, ns| Some(w.map_or(ns, |w| w.max(ns))))?;
-        if worst <= FACTOR * best {
+        if near(worst, best) {
             return None;
         }
         self.budget -= 1;
@@ -86,6 +150,55 @@ mod tests {
         assert!(why.contains("380 ns") && why.contains("50 ns"), "{why}");
         assert!(g.judge(Some(50.0), Some(52.0), &cpu(Some(390.0))).is_some());
         assert!(g.judge(Some(50.0), None, &cpu(Some(390.0))).is_some());
+    }
+
+    /// Probes far, far, near: two sleeps, and the near link is returned; always far: gives
+    /// up at the limit; near at once or without a nearest link: no sleep.
+    #[test]
+    fn a_wait_ends_at_the_near_placement_or_its_limit() {
+        let mut said = Vec::new();
+        let mut links = [400.0, 390.0, 48.0].into_iter();
+        let mut slept = Duration::ZERO;
+        let (ns, waited) = wait_with(
+            || links.next(),
+            || Some(45.0),
+            Duration::from_secs(15),
+            |d| slept += d,
+            &mut |m: &str| said.push(m.to_string()),
+        );
+        assert_eq!(
+            (ns, waited, slept),
+            (Some(48.0), 2 * PROBE_EVERY, 2 * PROBE_EVERY)
+        );
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("400 ns") && said[0].contains("45 ns"),
+            "{said:?}"
+        );
+        let (ns, waited) = wait_with(
+            || Some(400.0),
+            || Some(45.0),
+            Duration::from_secs(2),
+            |_| {},
+            &mut |_: &str| {},
+        );
+        assert_eq!((ns, waited), (Some(400.0), Duration::from_secs(2)));
+        let (_, waited) = wait_with(
+            || Some(400.0),
+            || Some(45.0),
+            Duration::ZERO,
+            |_| {},
+            &mut |_: &str| {},
+        );
+        assert_eq!(waited, Duration::ZERO, "no wait left");
+        let (_, waited) = wait_with(
+            || Some(400.0),
+            || None,
+            Duration::from_secs(2),
+            |_| {},
+            &mut |_: &str| {},
+        );
+        assert_eq!(waited, Duration::ZERO, "nothing to compare with");
     }
 
     #[test]
