@@ -103,10 +103,11 @@ pub struct Args {
     ops: Option<u64>,
     #[arg(long, value_name = "N", help = format!("Seed of the tree, sizes and offsets (the same on every target) [default: {SEED}]"))]
     seed: Option<u64>,
-    /// Keep every trial whatever the CPU placement. By default a trial run while the host had
-    /// placed the two CPUs farther apart than the nearest placement seen in this run (a CPU
-    /// link more than 3x the shortest measured) is set aside and run again, at most as many
-    /// times as there are trials (docs/LAB.md, "nvmfs's trial-to-trial spread")
+    /// Keep every trial whatever the CPU placement. By default each counted trial first waits
+    /// (up to 15 s) while the host has placed the two CPUs farther apart than the nearest
+    /// placement seen in this run (a CPU link more than 3x the shortest measured), and a trial
+    /// run there anyway is set aside and run again, at most as many times as there are trials
+    /// (docs/LAB.md, "nvmfs's trial-to-trial spread")
     #[arg(long)]
     any_placement: bool,
     /// Also write the configuration and every target's results to FILE as JSON

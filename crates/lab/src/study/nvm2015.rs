@@ -380,8 +380,9 @@ fn intro(result: &StudyResult) -> String {
         cfg.size.divisor(),
         cfg.trials,
         if cfg.hold_placement {
-            " and any run while the host had placed the two CPUs farther apart than the nearest placement seen \
-             set aside and run again (at most as many as the trials; docs/LAB.md)"
+            "; each counted trial waits (up to 15 s) while the host has placed the two CPUs farther apart than \
+             the nearest placement seen, and one run there anyway is set aside and run again (at most as many \
+             as the trials; docs/LAB.md)"
         } else {
             ""
         },
