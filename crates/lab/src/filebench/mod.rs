@@ -189,10 +189,7 @@ where
         }
         let remounted = target.remount()?;
         let first = counted == 0 && cfg.trials > 1;
-        let link_before = match cfg.hold_placement && !first {
-            true => placement::wait_for_near(&mut |m| progress(Progress::Setup(m))),
-            false => crate::core_link::round_trip_ns(),
-        };
+        let link_before = guard.link_before(!first, &mut |m| progress(Progress::Setup(m)));
         let mut out = engine::run_trial(
             target.fs(),
             &main,
@@ -210,10 +207,9 @@ where
             },
         )?;
         out.cpu.core_link_before_ns = link_before;
-        let set_aside = match first {
-            true => None,
-            false => guard.judge(crate::core_link::best_ns(), link_before, &out.cpu),
-        };
+        let set_aside = (!first)
+            .then(|| guard.judge(crate::core_link::best_ns(), link_before, &out.cpu))
+            .flatten();
         if set_aside.is_none() {
             counted += 1;
         }

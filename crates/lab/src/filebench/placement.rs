@@ -40,7 +40,7 @@ fn near(ns: f64, best: f64) -> bool {
 
 /// Waits until the CPU link is back within `FACTOR` of the nearest seen, within the limits
 /// above; returns the last link measured. `say` is told once when a wait begins.
-pub fn wait_for_near(say: &mut dyn FnMut(&str)) -> Option<f64> {
+fn wait_for_near(say: &mut dyn FnMut(&str)) -> Option<f64> {
     let left = WAIT_TOTAL.saturating_sub(Duration::from_millis(WAITED_MS.load(Ordering::Relaxed)));
     let (ns, waited) = wait_with(
         crate::core_link::round_trip_ns,
@@ -90,15 +90,26 @@ pub const FACTOR: f64 = 3.0;
 /// Decides which trials are set aside, within a budget.
 #[derive(Debug)]
 pub struct PlacementGuard {
+    hold: bool,
     /// Set-asides left.
     budget: usize,
 }
 
 impl PlacementGuard {
-    /// A guard for a run of `trials` trials; `hold` false never sets a trial aside.
+    /// A guard for a run of `trials` trials; `hold` false never waits or sets a trial aside.
     pub fn new(hold: bool, trials: usize) -> Self {
         PlacementGuard {
+            hold,
             budget: if hold { trials } else { 0 },
+        }
+    }
+
+    /// The CPU link just before a trial; before one that `counts`, after waiting for the near
+    /// placement (`wait_for_near`) when the guard holds it.
+    pub fn link_before(&self, counts: bool, say: &mut dyn FnMut(&str)) -> Option<f64> {
+        match self.hold && counts {
+            true => wait_for_near(say),
+            false => crate::core_link::round_trip_ns(),
         }
     }
 
@@ -118,7 +129,7 @@ impl PlacementGuard {
         let worst = [before_ns, cpu.core_link_ns]
             .into_iter()
             .flatten()
-            .fold(None, |w: Option<f64>, ns| Some(w.map_or(ns, |w| w.max(ns))))?;
+            .reduce(f64::max)?;
         if near(worst, best) {
             return None;
         }

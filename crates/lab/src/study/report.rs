@@ -213,6 +213,11 @@ pub(crate) fn json<T: Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).expect("serialisable") + "\n"
 }
 
+/// A CPU link in whole nanoseconds, or empty.
+fn whole_ns(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |ns| format!("{ns:.0}"))
+}
+
 fn opt(v: Option<f64>) -> String {
     v.map_or_else(String::new, |x| format!("{x:.4}"))
 }
@@ -228,21 +233,17 @@ pub(crate) fn csv_field(s: &str) -> String {
 /// The spread of the CPU-to-CPU cache-line round trip measured after each Filebench trial,
 /// when it moved enough to matter (the slowest above 1.5x the fastest).
 fn core_link_note(result: &StudyResult) -> Option<String> {
-    let links: Vec<f64> = result
+    let trials: Vec<_> = result
         .cells
         .iter()
         .filter_map(|c| c.result.as_ref().and_then(|r| r.filebench()))
-        .flat_map(|r| r.trials.iter().filter_map(|t| t.cpu.core_link_ns))
+        .flat_map(|r| &r.trials)
         .collect();
+    let links: Vec<f64> = trials.iter().filter_map(|t| t.cpu.core_link_ns).collect();
     let min = links.iter().copied().reduce(f64::min)?;
     let max = links.iter().copied().reduce(f64::max)?;
     let far = links.iter().filter(|&&ns| ns > 1.5 * min).count();
-    let set_aside = result
-        .cells
-        .iter()
-        .filter_map(|c| c.result.as_ref().and_then(|r| r.filebench()))
-        .flat_map(|r| r.trials.iter().filter(|t| t.set_aside.is_some()))
-        .count();
+    let set_aside = trials.iter().filter(|t| t.set_aside.is_some()).count();
     (max > 1.5 * min).then(|| {
         format!(
             "the CPU-to-CPU cache-line round trip measured after each Filebench trial moved \
@@ -299,13 +300,9 @@ fn trials_csv(result: &StudyResult) -> String {
                 t.cpu.user_seconds,
                 t.cpu.system_seconds,
                 opt(t.cpu.machine_busy_fraction),
-                t.cpu
-                    .core_link_ns
-                    .map_or(String::new(), |ns| format!("{ns:.0}")),
+                whole_ns(t.cpu.core_link_ns),
                 csv_field(t.stopped_early.as_deref().unwrap_or("")),
-                t.cpu
-                    .core_link_before_ns
-                    .map_or(String::new(), |ns| format!("{ns:.0}")),
+                whole_ns(t.cpu.core_link_before_ns),
                 csv_field(t.set_aside.as_deref().unwrap_or("")),
             );
         }
