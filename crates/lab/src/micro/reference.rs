@@ -4,18 +4,25 @@
 //! - randread-4k: `memcpy`, 4 KiB copies from random 4 KiB offsets of a file of the data
 //!   file's size in the shm directory, mapped as nvmfs maps its image (same page size);
 //! - overwrite-4k: `nt-store`, 4 KiB non-temporal stores + sfence at those offsets of that
-//!   mapping: how nvmfs makes data durable without a flush.
+//!   mapping: how nvmfs makes data durable without a flush; and beside it `nt-store+rmw`, the
+//!   same followed by one atomic read-modify-write, as any writer that releases a lock after
+//!   its stores pays (on x86 the RMW waits for the stores to reach memory; the sfence alone
+//!   need not). It is shown, not used as the limit;
+//! - open-read-16k(-deep): `memcpy`, 16 KiB copies from random 16 KiB offsets of a mapping as
+//!   large as the file set (`--files` x 16 KiB): the read alone, without open or close.
 //!
-//! The random ones use the data workloads' offset seed, so they touch the same blocks.
+//! The 4 KiB ones use the data workloads' offset seed, so they touch the same blocks.
 
 use super::data::{pattern, BLOCK, CHUNK, RANDOM_OFFSET_SEED};
 use super::measure::{measure, Limits, Measured, Workload};
+use super::meta::FILE_16K;
 use super::report::{Record, TargetKind};
 use super::{MicroConfig, Params, Sharing, WorkloadId};
 use nvmfs::media::Pm;
 use std::hint::black_box;
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
 /// Larger than any CPU cache, so the copy streams from DRAM like a read of
@@ -122,20 +129,48 @@ pub fn all(
             out.push(memcpy_1m(params, params.threads, progress)?);
         }
     }
-    let random = [WorkloadId::RandRead4k, WorkloadId::Overwrite4k];
-    if random.iter().any(|w| params.workloads.contains(w)) {
+    let picked = |ws: &[WorkloadId]| -> Vec<WorkloadId> {
+        ws.iter()
+            .copied()
+            .filter(|w| params.workloads.contains(w))
+            .collect()
+    };
+    let random = picked(&[WorkloadId::RandRead4k, WorkloadId::Overwrite4k]);
+    if !random.is_empty() {
         let region = ShmRegion::new(cfg, params.data_size, progress)?;
-        for w in random.into_iter().filter(|w| params.workloads.contains(w)) {
-            out.push(random_4k(&region, params, w, progress)?);
+        for w in random {
+            let accesses: &[Access] = match w {
+                WorkloadId::Overwrite4k => &[Access::Store, Access::StoreRmw],
+                _ => &[Access::Copy],
+            };
+            for &a in accesses {
+                out.push(random_access(&region, params, w, a, progress)?);
+            }
+        }
+    }
+    let open_read = picked(&[WorkloadId::OpenRead16k, WorkloadId::OpenRead16kDeep]);
+    if !open_read.is_empty() {
+        let len =
+            (params.file_count as u64 * FILE_16K as u64).div_ceil(CHUNK as u64) * CHUNK as u64;
+        let region = ShmRegion::new(cfg, len, progress)?;
+        for w in open_read {
+            out.push(random_access(&region, params, w, Access::Copy, progress)?);
         }
     }
     Ok(out)
+}
+
+/// Whether `r` is a workload's hardware limit (the one its ratio is taken to), not a
+/// reference shown beside it.
+pub fn is_limit(r: &Record) -> bool {
+    r.kind == TargetKind::Reference && r.target != STORE_RMW
 }
 
 /// A file of `len` bytes in the shm directory, filled and mapped like an nvmfs image
 /// (`Pm::map_file_with`, populated), removed on drop.
 struct ShmRegion {
     pm: Pm,
+    len: u64,
     path: PathBuf,
 }
 
@@ -164,7 +199,7 @@ impl ShmRegion {
                 return Err(e);
             }
         };
-        let region = ShmRegion { pm, path };
+        let region = ShmRegion { pm, len, path };
         // Written like the data file, so every page exists before the clock starts.
         let chunk = pattern(CHUNK, 1);
         for off in (0..len).step_by(CHUNK) {
@@ -180,60 +215,111 @@ impl Drop for ShmRegion {
     }
 }
 
-/// 4 KiB copies out of (randread-4k) or non-temporal stores + sfence into (overwrite-4k)
-/// the region at random 4 KiB offsets.
-struct Random4k<'a, Next> {
+/// The name of overwrite-4k's second reference (see the module's doc).
+const STORE_RMW: &str = "nt-store+rmw";
+
+/// What a random-access reference does at each offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// Copies the bytes out (randread-4k, open-read-16k).
+    Copy,
+    /// Non-temporal stores + sfence (overwrite-4k).
+    Store,
+    /// The same, then one atomic read-modify-write of a word of its own (a lock release).
+    StoreRmw,
+}
+
+impl Access {
+    fn target(self) -> &'static str {
+        match self {
+            Access::Copy => "memcpy",
+            Access::Store => "nt-store",
+            Access::StoreRmw => STORE_RMW,
+        }
+    }
+
+    fn what(self, len: usize) -> String {
+        let kib = len / 1024;
+        match self {
+            Access::Copy => format!("{kib} KiB copy"),
+            Access::Store => format!("{kib} KiB non-temporal store + sfence"),
+            Access::StoreRmw => format!(
+                "{kib} KiB non-temporal store + sfence + one atomic read-modify-write (a lock \
+                 release; shown, not the limit)"
+            ),
+        }
+    }
+}
+
+/// `access` of `buf.len()` bytes at random `buf.len()`-aligned offsets of the region.
+struct RandomAccess<'a, Next> {
     pm: &'a Pm,
     buf: Vec<u8>,
-    store: bool,
+    access: Access,
+    word: AtomicU64,
     offset: u64,
     next: Next,
 }
 
-impl<Next: FnMut() -> u64> Workload for Random4k<'_, Next> {
+impl<Next: FnMut() -> u64> Workload for RandomAccess<'_, Next> {
     fn prepare(&mut self) -> io::Result<bool> {
         self.offset = (self.next)();
         Ok(true)
     }
 
     fn op(&mut self) -> io::Result<()> {
-        if self.store {
-            self.pm.write_nt(self.offset, &self.buf);
-            self.pm.fence();
-        } else {
-            self.pm.read(self.offset, &mut self.buf);
-            black_box(&mut self.buf);
+        match self.access {
+            Access::Copy => {
+                self.pm.read(self.offset, &mut self.buf);
+                black_box(&mut self.buf);
+            }
+            Access::Store | Access::StoreRmw => {
+                self.pm.write_nt(self.offset, &self.buf);
+                self.pm.fence();
+                if self.access == Access::StoreRmw {
+                    black_box(self.word.fetch_add(1, Ordering::AcqRel));
+                }
+            }
         }
         Ok(())
     }
 }
 
-fn random_4k(
+/// The reference of workload `w` (randread-4k, overwrite-4k or open-read-16k(-deep)) with
+/// `access`, over `region`, in pieces of the workload's size.
+fn random_access(
     region: &ShmRegion,
     params: &Params,
     w: WorkloadId,
+    access: Access,
     progress: &mut dyn FnMut(&str),
 ) -> io::Result<Record> {
-    let store = w == WorkloadId::Overwrite4k;
-    let blocks = params.data_size / BLOCK as u64;
+    let len = match w {
+        WorkloadId::RandRead4k | WorkloadId::Overwrite4k => BLOCK,
+        _ => FILE_16K,
+    };
+    let pieces = region.len / len as u64;
     let mut rng = fastrand::Rng::with_seed(RANDOM_OFFSET_SEED);
-    let mut work = Random4k {
+    let mut work = RandomAccess {
         pm: &region.pm,
-        buf: pattern(BLOCK, 2),
-        store,
+        buf: pattern(len, 2),
+        access,
+        word: AtomicU64::new(0),
         offset: 0,
-        next: move || rng.u64(0..blocks) * BLOCK as u64,
+        next: move || rng.u64(0..pieces) * len as u64,
     };
     let m = measure(&mut work, &params.limits)?;
-    let (target, what) = if store {
-        ("nt-store", "4 KiB non-temporal store + sfence")
-    } else {
-        ("memcpy", "4 KiB copy")
+    let target = access.target();
+    let of_what = match len {
+        BLOCK => String::new(),
+        _ => " (as large as the file set: --files x 16 KiB)".to_string(),
     };
     let note = format!(
-        "hardware limit: {what} at random 4 KiB offsets of a {} MiB mapping of the shm \
+        "hardware limit: {} at random {} KiB offsets of a {} MiB mapping{of_what} of the shm \
          directory, mapped as nvmfs maps its image",
-        params.data_size >> 20
+        access.what(len),
+        len / 1024,
+        region.len >> 20
     );
     let r = Record::new(
         w.name(),

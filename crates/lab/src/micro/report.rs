@@ -137,7 +137,7 @@ impl Record {
 /// threaded record's scaling over its target's one-thread record.
 pub(crate) fn fill_ratios(records: &mut [Record]) {
     let best = best_of(records, |r| r.kind == TargetKind::Kernel);
-    let limit = best_of(records, |r| r.kind == TargetKind::Reference);
+    let limit = best_of(records, super::reference::is_limit);
     let mut solo: BTreeMap<(String, String), f64> = BTreeMap::new();
     for r in records.iter().filter(|r| r.sharing.is_none()) {
         solo.insert((r.workload.clone(), r.target.clone()), r.ops_per_sec);

@@ -207,6 +207,19 @@ fn ratios_are_against_the_best_kernel_target_per_workload() {
 }
 
 #[test]
+fn the_limit_is_the_plain_store_not_the_store_with_a_lock_release() {
+    // Even when the store + RMW row measures faster (noise), the ratio is to nt-store.
+    let mut rs = vec![
+        record("overwrite-4k", "nvmfs", TargetKind::Nvmfs, 100.0),
+        record("overwrite-4k", "nt-store", TargetKind::Reference, 200.0),
+        record("overwrite-4k", "nt-store+rmw", TargetKind::Reference, 300.0),
+    ];
+    fill_ratios(&mut rs);
+    let limits: Vec<_> = rs.iter().map(|r| r.ratio_to_limit).collect();
+    assert_eq!(limits, [Some(2.0), None, None]);
+}
+
+#[test]
 fn table_and_json_shapes() {
     let mut rs = vec![
         record("stat", "nvmfs", TargetKind::Nvmfs, 2_000_000.0),
@@ -313,8 +326,8 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
     let mut lines = Vec::new();
     let records = run(&cfg, &mut |s| lines.push(s.to_string())).unwrap();
 
-    // 15 workloads x 2 targets + three hardware limits.
-    assert_eq!(records.len(), 33);
+    // 15 workloads x 2 targets + six references (two for overwrite-4k).
+    assert_eq!(records.len(), 36);
     // Grouped by workload in run order, targets in configured order, each limit right
     // after the other records of its workload.
     let dir_label = format!("dir:{}", other.path().display());
@@ -322,12 +335,12 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
     for name in all_workloads() {
         expected.push((name.to_string(), "tmpfs".to_string()));
         expected.push((name.to_string(), dir_label.clone()));
-        let limit = match *name {
-            "seqread-1m" | "randread-4k" => Some("memcpy"),
-            "overwrite-4k" => Some("nt-store"),
-            _ => None,
+        let references: &[&str] = match *name {
+            "seqread-1m" | "randread-4k" | "open-read-16k" | "open-read-16k-deep" => &["memcpy"],
+            "overwrite-4k" => &["nt-store", "nt-store+rmw"],
+            _ => &[],
         };
-        if let Some(l) = limit {
+        for l in references {
             expected.push((name.to_string(), l.to_string()));
         }
     }
@@ -361,7 +374,10 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
             "{r:?}"
         );
         let meta = ["create-16k", "stat", "open-read-16k", "unlink"];
-        let want_depth = if meta.contains(&r.workload.as_str()) {
+        // The references read no directories.
+        let want_depth = if r.kind == TargetKind::Reference {
+            None
+        } else if meta.contains(&r.workload.as_str()) {
             Some(0)
         } else if r.workload.ends_with("-deep") {
             Some(3)
@@ -369,10 +385,16 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
             None
         };
         assert_eq!(r.dir_depth, want_depth, "{r:?}");
-        let limited = ["randread-4k", "overwrite-4k", "seqread-1m"];
+        let limited = [
+            "randread-4k",
+            "overwrite-4k",
+            "seqread-1m",
+            "open-read-16k",
+            "open-read-16k-deep",
+        ];
         let has_limit = r.kind != TargetKind::Reference && limited.contains(&r.workload.as_str());
         assert_eq!(r.ratio_to_limit.is_some(), has_limit, "{r:?}");
-        if r.workload.ends_with("-deep") {
+        if r.workload.ends_with("-deep") && r.kind != TargetKind::Reference {
             assert!(
                 r.notes.iter().any(|n| n.contains("3 directories deep")),
                 "{r:?}"
@@ -458,8 +480,8 @@ fn every_workload_runs_on_nvmfs_and_the_image_is_removed() {
     let shm = shm_tempdir();
     let cfg = tiny(vec![TargetSpec::Nvmfs], shm.path());
     let records = run(&cfg, &mut |_| {}).unwrap();
-    // 15 workloads and three hardware limits.
-    assert_eq!(records.len(), 18);
+    // 15 workloads and six references.
+    assert_eq!(records.len(), 21);
     for r in &records {
         assert!(r.ops > 0, "{r:?}");
         if r.target == "nvmfs" {
@@ -821,9 +843,9 @@ fn threads_run_every_workload_disjoint_and_shared_and_clean_up() {
     // Room for the threads' data files beside the one-thread run's.
     cfg.image_size_bytes += cfg.file_size_bytes;
     let records = run(&cfg, &mut |_| {}).unwrap();
-    // 15 workloads x 2 targets x (1 thread, 2 disjoint, 2 shared) + three limits and the
-    // 1 MiB copy's limit with two threads.
-    assert_eq!(records.len(), 15 * 2 * 3 + 4);
+    // 15 workloads x 2 targets x (1 thread, 2 disjoint, 2 shared) + six references and
+    // the 1 MiB copy's limit with two threads.
+    assert_eq!(records.len(), 15 * 2 * 3 + 7);
     let copies: Vec<_> = records
         .iter()
         .filter(|r| r.target == "memcpy" && r.workload == "seqread-1m")
