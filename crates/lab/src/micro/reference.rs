@@ -1,6 +1,10 @@
 //! The hardware limits beside the data workloads: what the same access costs with no file
 //! system at all.
 //! - seqread-1m: `memcpy`, 1 MiB copies out of a DRAM buffer;
+//! - seqwrite-1m: `nt-store`, 1 MiB non-temporal stores + sfence into a file of the shm
+//!   directory, mapped as nvmfs maps its image;
+//! - both also with `--threads N`, each thread on its own buffer: the bandwidth N disjoint
+//!   threads share;
 //! - randread-4k: `memcpy`, 4 KiB copies from random 4 KiB offsets of a file of the data
 //!   file's size in the shm directory, mapped as nvmfs maps its image (same page size);
 //! - overwrite-4k: `nt-store`, 4 KiB non-temporal stores + sfence at those offsets of that
@@ -53,32 +57,48 @@ impl Workload for Memcpy {
     }
 }
 
-/// seqread-1m's reference with `n` threads at once, each copying out of its own buffer. With
-/// more than one, the memory bandwidth that `--threads` disjoint readers and writers share,
-/// and so the most their scaling can reach.
-fn memcpy_1m(params: &Params, n: usize, progress: &mut dyn FnMut(&str)) -> io::Result<Record> {
-    // Each buffer still larger than the CPU caches (32 MiB of L3 here).
-    let source = match n {
-        1 => params.data_size.min(MAX_SOURCE),
-        _ => (params.data_size.min(MAX_SOURCE) / n as u64).max(64 << 20),
-    };
+/// Stores consecutive 1 MiB chunks into a mapping with non-temporal stores + sfence, wrapping
+/// around: how nvmfs writes a file's data durably.
+struct NtStore<'a> {
+    pm: &'a Pm,
+    len: u64,
+    buf: Vec<u8>,
+    offset: u64,
+}
+
+impl Workload for NtStore<'_> {
+    fn prepare(&mut self) -> io::Result<bool> {
+        self.offset += CHUNK as u64;
+        if self.offset + CHUNK as u64 > self.len {
+            self.offset = 0;
+        }
+        Ok(true)
+    }
+
+    fn op(&mut self) -> io::Result<()> {
+        self.pm.write_nt(self.offset, &self.buf);
+        self.pm.fence();
+        Ok(())
+    }
+}
+
+/// Runs the workloads `make` builds (one per thread, built on that thread outside the
+/// clock) at once, released together with more than one; their measurements merged.
+fn run_together<W: Workload>(
+    n: usize,
+    params: &Params,
+    make: impl Fn(usize) -> W + Sync,
+) -> io::Result<Measured> {
     let limits = Limits {
         start: (n > 1).then(|| Arc::new(Barrier::new(n))),
         ..params.limits.clone()
     };
+    let make = &make;
     let parts = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n)
             .map(|k| {
                 let limits = limits.clone();
-                scope.spawn(move || {
-                    // Filling the buffers also faults their pages in, outside the clock.
-                    let mut w = Memcpy {
-                        src: pattern(source as usize, 7 + k as u64),
-                        dst: pattern(CHUNK, 8),
-                        offset: 0,
-                    };
-                    measure(&mut w, &limits)
-                })
+                scope.spawn(move || measure(&mut make(k), &limits))
             })
             .collect();
         handles
@@ -86,29 +106,78 @@ fn memcpy_1m(params: &Params, n: usize, progress: &mut dyn FnMut(&str)) -> io::R
             .map(|h| h.join().expect("a reference thread panicked"))
             .collect::<io::Result<Vec<Measured>>>()
     })?;
-    let mib = source >> 20;
-    let note = match n {
-        1 => format!(
-            "DRAM reference: 1 MiB copy from a {mib} MiB buffer, walked like seqread-1m walks its file"
-        ),
-        _ => format!(
-            "DRAM reference, {n} threads: each copies 1 MiB at a time from its own {mib} MiB buffer"
-        ),
+    Ok(Measured::merge(&parts))
+}
+
+/// seqread-1m's (a copy out of a DRAM buffer) or seqwrite-1m's (non-temporal stores into a
+/// mapping of the shm directory, mapped as nvmfs maps its image) reference with `n` threads
+/// at once, each on its own buffer. With more than one, the memory bandwidth that
+/// `--threads` disjoint readers or writers share, and so the most their scaling can reach.
+fn sequential_1m(
+    cfg: &MicroConfig,
+    params: &Params,
+    w: WorkloadId,
+    n: usize,
+    progress: &mut dyn FnMut(&str),
+) -> io::Result<Record> {
+    // Each buffer still larger than the CPU caches (32 MiB of L3 here).
+    let source = match n {
+        1 => params.data_size.min(MAX_SOURCE),
+        _ => (params.data_size.min(MAX_SOURCE) / n as u64).max(64 << 20),
     };
-    let w = WorkloadId::SeqRead1m;
+    let mib = source >> 20;
+    let (target, m, note) = if w == WorkloadId::SeqWrite1m {
+        let regions = (0..n)
+            .map(|k| ShmRegion::new(cfg, source, &k.to_string(), progress))
+            .collect::<io::Result<Vec<_>>>()?;
+        let m = run_together(n, params, |k| NtStore {
+            pm: &regions[k].pm,
+            len: source,
+            buf: pattern(CHUNK, 9),
+            offset: 0,
+        })?;
+        let what = "1 MiB non-temporal store + sfence";
+        let note = match n {
+            1 => format!(
+                "hardware limit: {what} into a {mib} MiB mapping of the shm directory, mapped as \
+                 nvmfs maps its image, walked like seqwrite-1m walks its file"
+            ),
+            _ => format!(
+                "hardware limit, {n} threads: each a {what} at a time into its own {mib} MiB \
+                 mapping"
+            ),
+        };
+        ("nt-store", m, note)
+    } else {
+        // Filling the buffers also faults their pages in, outside the clock.
+        let m = run_together(n, params, |k| Memcpy {
+            src: pattern(source as usize, 7 + k as u64),
+            dst: pattern(CHUNK, 8),
+            offset: 0,
+        })?;
+        let note = match n {
+            1 => format!(
+                "DRAM reference: 1 MiB copy from a {mib} MiB buffer, walked like seqread-1m walks its file"
+            ),
+            _ => format!(
+                "DRAM reference, {n} threads: each copies 1 MiB at a time from its own {mib} MiB buffer"
+            ),
+        };
+        ("memcpy", m, note)
+    };
     let mut r = Record::new(
         w.name(),
-        "memcpy",
+        target,
         TargetKind::Reference,
         w.bytes_per_op(),
-        &Measured::merge(&parts),
+        &m,
         vec![note],
     );
     if n > 1 {
         r.threads = n as u32;
         r.sharing = Some(Sharing::Disjoint);
     }
-    progress(&format!("[memcpy] {}", r.summary()));
+    progress(&format!("[{target}] {}", r.summary()));
     Ok(r)
 }
 
@@ -123,10 +192,12 @@ pub fn all(
     if !cfg.references {
         return Ok(out);
     }
-    if params.workloads.contains(&WorkloadId::SeqRead1m) {
-        out.push(memcpy_1m(params, 1, progress)?);
-        if params.threads > 1 {
-            out.push(memcpy_1m(params, params.threads, progress)?);
+    for w in [WorkloadId::SeqRead1m, WorkloadId::SeqWrite1m] {
+        if params.workloads.contains(&w) {
+            out.push(sequential_1m(cfg, params, w, 1, progress)?);
+            if params.threads > 1 {
+                out.push(sequential_1m(cfg, params, w, params.threads, progress)?);
+            }
         }
     }
     let picked = |ws: &[WorkloadId]| -> Vec<WorkloadId> {
@@ -137,7 +208,7 @@ pub fn all(
     };
     let random = picked(&[WorkloadId::RandRead4k, WorkloadId::Overwrite4k]);
     if !random.is_empty() {
-        let region = ShmRegion::new(cfg, params.data_size, progress)?;
+        let region = ShmRegion::new(cfg, params.data_size, "random", progress)?;
         for w in random {
             let accesses: &[Access] = match w {
                 WorkloadId::Overwrite4k => &[Access::Store, Access::StoreRmw],
@@ -152,7 +223,7 @@ pub fn all(
     if !open_read.is_empty() {
         let len =
             (params.file_count as u64 * FILE_16K as u64).div_ceil(CHUNK as u64) * CHUNK as u64;
-        let region = ShmRegion::new(cfg, len, progress)?;
+        let region = ShmRegion::new(cfg, len, "files", progress)?;
         for w in open_read {
             out.push(random_access(&region, params, w, Access::Copy, progress)?);
         }
@@ -175,10 +246,16 @@ struct ShmRegion {
 }
 
 impl ShmRegion {
-    fn new(cfg: &MicroConfig, len: u64, progress: &mut dyn FnMut(&str)) -> io::Result<Self> {
+    /// `tag` tells apart the regions that exist at once.
+    fn new(
+        cfg: &MicroConfig,
+        len: u64,
+        tag: &str,
+        progress: &mut dyn FnMut(&str),
+    ) -> io::Result<Self> {
         let path = cfg
             .shm_dir
-            .join(format!("nvmfs-bench-limit-{}", std::process::id()));
+            .join(format!("nvmfs-bench-limit-{}-{tag}", std::process::id()));
         progress(&format!(
             "[limits] setup: mapping a {} MiB region",
             len >> 20

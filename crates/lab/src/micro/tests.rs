@@ -326,8 +326,8 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
     let mut lines = Vec::new();
     let records = run(&cfg, &mut |s| lines.push(s.to_string())).unwrap();
 
-    // 15 workloads x 2 targets + six references (two for overwrite-4k).
-    assert_eq!(records.len(), 36);
+    // 15 workloads x 2 targets + seven references (two for overwrite-4k).
+    assert_eq!(records.len(), 37);
     // Grouped by workload in run order, targets in configured order, each limit right
     // after the other records of its workload.
     let dir_label = format!("dir:{}", other.path().display());
@@ -338,6 +338,7 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
         let references: &[&str] = match *name {
             "seqread-1m" | "randread-4k" | "open-read-16k" | "open-read-16k-deep" => &["memcpy"],
             "overwrite-4k" => &["nt-store", "nt-store+rmw"],
+            "seqwrite-1m" => &["nt-store"],
             _ => &[],
         };
         for l in references {
@@ -389,6 +390,7 @@ fn every_workload_runs_on_kernel_targets_and_cleans_up() {
             "randread-4k",
             "overwrite-4k",
             "seqread-1m",
+            "seqwrite-1m",
             "open-read-16k",
             "open-read-16k-deep",
         ];
@@ -480,8 +482,8 @@ fn every_workload_runs_on_nvmfs_and_the_image_is_removed() {
     let shm = shm_tempdir();
     let cfg = tiny(vec![TargetSpec::Nvmfs], shm.path());
     let records = run(&cfg, &mut |_| {}).unwrap();
-    // 15 workloads and six references.
-    assert_eq!(records.len(), 21);
+    // 15 workloads and seven references.
+    assert_eq!(records.len(), 22);
     for r in &records {
         assert!(r.ops > 0, "{r:?}");
         if r.target == "nvmfs" {
@@ -843,19 +845,31 @@ fn threads_run_every_workload_disjoint_and_shared_and_clean_up() {
     // Room for the threads' data files beside the one-thread run's.
     cfg.image_size_bytes += cfg.file_size_bytes;
     let records = run(&cfg, &mut |_| {}).unwrap();
-    // 15 workloads x 2 targets x (1 thread, 2 disjoint, 2 shared) + six references and
-    // the 1 MiB copy's limit with two threads.
-    assert_eq!(records.len(), 15 * 2 * 3 + 7);
-    let copies: Vec<_> = records
-        .iter()
-        .filter(|r| r.target == "memcpy" && r.workload == "seqread-1m")
-        .collect();
-    assert_eq!(copies.len(), 2);
-    assert_eq!(copies[1].sharing, Some(Sharing::Disjoint));
-    assert_eq!(
-        copies[1].scaling,
-        Some(copies[1].ops_per_sec / copies[0].ops_per_sec)
-    );
+    // 15 workloads x 2 targets x (1 thread, 2 disjoint, 2 shared) + seven references and
+    // the 1 MiB copy's and store's limits with two threads.
+    assert_eq!(records.len(), 15 * 2 * 3 + 9);
+    for (workload, limit) in [("seqread-1m", "memcpy"), ("seqwrite-1m", "nt-store")] {
+        let limits: Vec<_> = records
+            .iter()
+            .filter(|r| r.target == limit && r.workload == workload)
+            .collect();
+        assert_eq!(limits.len(), 2);
+        assert_eq!(limits[1].sharing, Some(Sharing::Disjoint));
+        assert_eq!(
+            limits[1].scaling,
+            Some(limits[1].ops_per_sec / limits[0].ops_per_sec)
+        );
+    }
+    let two_thread_limit = |workload: &str| {
+        records
+            .iter()
+            .find(|r| {
+                r.kind == TargetKind::Reference
+                    && r.workload == workload
+                    && r.sharing == Some(Sharing::Disjoint)
+            })
+            .map(|r| r.ops_per_sec)
+    };
     for name in all_workloads() {
         for target in ["nvmfs", "tmpfs"] {
             let runs: Vec<_> = records
@@ -883,13 +897,9 @@ fn threads_run_every_workload_disjoint_and_shared_and_clean_up() {
                 assert_eq!(r.scaling, Some(r.ops_per_sec / one), "{r:?}");
                 // Against tmpfs run the same way, never against its one-thread record.
                 assert!(r.ratio_to_best_kernel.is_some(), "{r:?}");
-                // Against the two-thread copy, the one limit run with threads.
-                let limited = *name == "seqread-1m" && r.sharing == Some(Sharing::Disjoint);
-                assert_eq!(
-                    r.ratio_to_limit,
-                    limited.then(|| copies[1].ops_per_sec / r.ops_per_sec),
-                    "{r:?}"
-                );
+                // Against the two-thread copy or store, the limits run with threads.
+                let limit = two_thread_limit(name).filter(|_| r.sharing == Some(Sharing::Disjoint));
+                assert_eq!(r.ratio_to_limit, limit.map(|l| l / r.ops_per_sec), "{r:?}");
             }
         }
     }
