@@ -85,8 +85,9 @@ pub struct ScaleArgs {
         in which every operation's latency is recorded. nvmfs operations are durable when they \
         return; the kernel targets use plain system calls without fsync. seqread-1m, seqwrite-1m, \
         randread-4k, overwrite-4k and open-read-16k(-deep) also get hardware-limit rows (memcpy, \
-        nt-store; seqread-1m's and seqwrite-1m's also with --threads N); overwrite-4k also an nt-store+rmw row, its store \
-        followed by one atomic read-modify-write as a lock release, shown but not the limit. run:nvmfs runs the dir: target's system-call workloads in a \
+        nt-store; seqread-1m's and seqwrite-1m's also with --threads N); overwrite-4k also an \
+        nt-store+rmw row, its store followed by one atomic read-modify-write as a lock release, \
+        shown but not the limit. run:nvmfs runs the dir: target's system-call workloads in a \
         child `nvmfs bench micro --target dir:/nvmfs` under `nvmfs run --image IMAGE --prefix \
         /nvmfs` (the LD_PRELOAD library) and reports its records as run:nvmfs.\n\n\
         mmap-load-1k / mmap-store-1k follow fio's mmap engine (seed 000's study): the whole data \

@@ -371,10 +371,7 @@ fn random_access(
     access: Access,
     progress: &mut dyn FnMut(&str),
 ) -> io::Result<Record> {
-    let len = match w {
-        WorkloadId::RandRead4k | WorkloadId::Overwrite4k => BLOCK,
-        _ => FILE_16K,
-    };
+    let len = w.bytes_per_op() as usize;
     let pieces = region.len / len as u64;
     let mut rng = fastrand::Rng::with_seed(RANDOM_OFFSET_SEED);
     let mut work = RandomAccess {
