@@ -66,13 +66,17 @@ fn ceiling(best: f64, unseen_left: bool) -> f64 {
 /// last link measured. `say` is told once when a wait begins.
 fn wait_for_near(say: &mut dyn FnMut(&str)) -> Option<f64> {
     let spent = |waited: &AtomicU64| Duration::from_millis(waited.load(Ordering::Relaxed));
-    let left = WAIT_TOTAL.saturating_sub(spent(&WAITED_MS));
-    let unseen_left = spent(&WAITED_UNSEEN_MS) < UNSEEN_TOTAL;
+    let mut limit = WAIT_PER_TRIAL.min(WAIT_TOTAL.saturating_sub(spent(&WAITED_MS)));
+    let unseen_budget = UNSEEN_TOTAL.saturating_sub(spent(&WAITED_UNSEEN_MS));
+    let unseen_left = !unseen_budget.is_zero();
     let unseen = crate::core_link::best_ns().is_some_and(|b| b >= NEAR_SEEN_NS);
+    if unseen && unseen_left {
+        limit = limit.min(unseen_budget);
+    }
     let (ns, waited) = wait_with(
         crate::core_link::round_trip_ns,
         || crate::core_link::best_ns().map(|b| ceiling(b, unseen_left)),
-        WAIT_PER_TRIAL.min(left),
+        limit,
         std::thread::sleep,
         say,
     );
