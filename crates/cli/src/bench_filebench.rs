@@ -106,8 +106,10 @@ pub struct Args {
     /// Keep every trial whatever the CPU placement. By default each counted trial first waits
     /// (up to 15 s) while the host has placed the two CPUs farther apart than the nearest
     /// placement seen in this run (a CPU link more than 3x the shortest measured), and a trial
-    /// run there anyway is set aside and run again, at most as many times as there are trials
-    /// (docs/LAB.md, "nvmfs's trial-to-trial spread")
+    /// run there anyway is set aside and run again, at most as many times as there are trials.
+    /// While every link measured so far is 150 ns or more (no near placement seen yet), the
+    /// waits look for a shorter one, for at most 60 s in all (docs/LAB.md, "nvmfs's
+    /// trial-to-trial spread")
     #[arg(long)]
     any_placement: bool,
     /// Also write the configuration and every target's results to FILE as JSON

@@ -47,16 +47,17 @@ pub const UNSEEN_TOTAL: Duration = Duration::from_secs(60);
 static WAITED_MS: AtomicU64 = AtomicU64::new(0);
 static WAITED_UNSEEN_MS: AtomicU64 = AtomicU64::new(0);
 
-/// Whether `ns` is within `FACTOR` of the nearest placement's link `best`.
+/// Whether `ns` is within `FACTOR` of the nearest placement's link `best` (what a trial is
+/// judged by: against the nearest link actually seen, never `NEAR_SEEN_NS`).
 fn near(ns: f64, best: f64) -> bool {
-    ns <= FACTOR * best
+    ns <= ceiling(best, false)
 }
 
 /// The longest link a wait accepts, given the nearest seen (`best`): `FACTOR` times it, or
-/// `NEAR_SEEN_NS` while no near placement has been seen (`unseen_left`: the wait for one is
-/// not used up).
-fn ceiling(best: f64, unseen_left: bool) -> f64 {
-    match best >= NEAR_SEEN_NS && unseen_left {
+/// `NEAR_SEEN_NS` while the wait is `looking` for a near placement not seen yet and `best` is
+/// still far (a near probe during the wait lowers `best`, and with it the ceiling).
+fn ceiling(best: f64, looking: bool) -> f64 {
+    match looking && best >= NEAR_SEEN_NS {
         true => NEAR_SEEN_NS,
         false => FACTOR * best,
     }
@@ -66,22 +67,22 @@ fn ceiling(best: f64, unseen_left: bool) -> f64 {
 /// last link measured. `say` is told once when a wait begins.
 fn wait_for_near(say: &mut dyn FnMut(&str)) -> Option<f64> {
     let spent = |waited: &AtomicU64| Duration::from_millis(waited.load(Ordering::Relaxed));
-    let mut limit = WAIT_PER_TRIAL.min(WAIT_TOTAL.saturating_sub(spent(&WAITED_MS)));
     let unseen_budget = UNSEEN_TOTAL.saturating_sub(spent(&WAITED_UNSEEN_MS));
-    let unseen_left = !unseen_budget.is_zero();
-    let unseen = crate::core_link::best_ns().is_some_and(|b| b >= NEAR_SEEN_NS);
-    if unseen && unseen_left {
+    let looking =
+        !unseen_budget.is_zero() && crate::core_link::best_ns().is_some_and(|b| b >= NEAR_SEEN_NS);
+    let mut limit = WAIT_PER_TRIAL.min(WAIT_TOTAL.saturating_sub(spent(&WAITED_MS)));
+    if looking {
         limit = limit.min(unseen_budget);
     }
     let (ns, waited) = wait_with(
         crate::core_link::round_trip_ns,
-        || crate::core_link::best_ns().map(|b| ceiling(b, unseen_left)),
+        || crate::core_link::best_ns().map(|b| ceiling(b, looking)),
         limit,
         std::thread::sleep,
         say,
     );
     WAITED_MS.fetch_add(waited.as_millis() as u64, Ordering::Relaxed);
-    if unseen && unseen_left {
+    if looking {
         WAITED_UNSEEN_MS.fetch_add(waited.as_millis() as u64, Ordering::Relaxed);
     }
     ns
