@@ -30,7 +30,8 @@ const SEED: u64 = 1;
         preallocated once per target, then --trials trials, each a --warmup not recorded and \
         --seconds measured (or --ops ops), the file system remounted before each (nvmfs and the \
         kernel variants; tmpfs and dir: targets cannot be). The first of several trials is \
-        discarded.\n\n\
+        discarded; while the kept trials' 95% interval is wider than 10% of their mean, up to \
+        --extra-trials more follow (seed 001's rule).\n\n\
         Every parameter of the personality's .f file is a flag; a flag left out keeps the \
         personality's default (listed per personality in each flag's help).\n\n\
         stdout gets, per target, filebench's per-flowop table and IO Summary over the kept \
@@ -93,6 +94,10 @@ pub struct Args {
     oltp: OltpArgs,
     #[arg(long, value_name = "N", help = format!("Trials per target, the first discarded when there are several [default: {TRIALS}]"))]
     trials: Option<usize>,
+    /// At most N trials more while the kept trials' 95% interval is wider than 10% of their
+    /// mean (seed 001's rule); 0 runs exactly --trials [default: as many as --trials]
+    #[arg(long, value_name = "N")]
+    extra_trials: Option<usize>,
     #[arg(long, value_name = "S", help = format!("Measured seconds per trial [default: {SECONDS}]"))]
     seconds: Option<f64>,
     #[arg(long, value_name = "S", help = format!("Warm-up seconds per trial, not recorded [default: {WARMUP}]"))]
@@ -253,6 +258,7 @@ fn run_config(args: &Args) -> Result<RunConfig, String> {
     let cfg = RunConfig {
         personality: personality_config(args)?,
         trials: args.trials.unwrap_or(TRIALS),
+        extra_trials: args.extra_trials.or(args.trials).unwrap_or(TRIALS),
         warmup_seconds: args.warmup.unwrap_or(WARMUP),
         run_seconds: args.seconds.unwrap_or(SECONDS),
         ops_max: args.ops,

@@ -419,6 +419,9 @@ fn bench_filebench_tiny_varmail_on_nvmfs_writes_table_and_json() {
         "nvmfs",
         // Under the tests' load the CPU link says nothing about placement: no trial set aside.
         "--any-placement",
+        // Nor does the trials' spread: exactly the three trials.
+        "--extra-trials",
+        "0",
         "--shm-dir",
         dir.path().to_str().unwrap(),
         "--json",
@@ -434,6 +437,7 @@ fn bench_filebench_tiny_varmail_on_nvmfs_writes_table_and_json() {
     assert_eq!(v["schema"], "nvmfs-lab/bench-filebench/v1");
     assert_eq!(v["config"]["personality"]["files"], 50);
     assert_eq!(v["config"]["personality"]["threads"], 2);
+    assert_eq!(v["config"]["extra_trials"], 0);
     let run = &v["runs"][0];
     assert_eq!(run["target"], "nvmfs");
     assert_eq!(run["status"], "ok");
@@ -476,6 +480,29 @@ fn bench_filebench_bad_input_is_a_clear_error() {
     let out = nvmfs(&["bench", "filebench", "-p", "webserver", "--usermode", "5"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("oltp flags"));
+    let out = nvmfs(&[
+        "bench",
+        "filebench",
+        "-p",
+        "varmail",
+        "--extra-trials",
+        "101",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("extra trials must be 0..=100"));
+}
+
+#[test]
+fn study_extra_trials_is_refused_where_there_are_no_filebench_cells() {
+    for study in ["linux-2002", "nvmfs-2013"] {
+        let out = nvmfs(&["study", study, "--quick", "--extra-trials", "1"]);
+        assert_eq!(out.status.code(), Some(2), "{study}");
+        let err = text(&out.stderr);
+        assert!(err.contains("has no Filebench cells"), "{study}: {err}");
+    }
+    let out = nvmfs(&["study", "nvm-2015", "--quick", "--extra-trials", "101"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--extra-trials must be 0..=100"));
 }
 
 /// Runs `nvmfs bench ARGS -t nvmfs -t tmpfs --trials 2 --warmup 0` with a scratch shm dir

@@ -81,6 +81,22 @@ impl Summary {
     }
 }
 
+/// The widest 95% interval, relative to the mean, that ends a run's trials (seed 001,
+/// section 5.2: "Additional trials were conducted for any test where the confidence interval
+/// half-width was larger than 10% of the mean").
+pub const CI_TARGET: f64 = 0.10;
+
+/// Whether a run with `kept` counted values, which has run `done` of at most `max` trials,
+/// runs one more under seed 001's rule: while its 95% interval is wider than [`CI_TARGET`] of
+/// its mean. Two values are the least an interval needs; `done` and `max` count every trial
+/// the rule counts (the discarded first included), so `max` bounds the run's length.
+pub fn wants_another_trial(kept: &[f64], done: usize, max: usize) -> bool {
+    if done >= max || kept.len() < 2 {
+        return false;
+    }
+    Summary::of(kept).is_some_and(|s| s.relative_ci() > CI_TARGET)
+}
+
 /// How two results compare under the run rules.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Comparison {
@@ -139,6 +155,22 @@ mod tests {
         assert!(s.ci95_half_width.is_infinite());
         assert!(Summary::of(&[]).is_none());
         assert!(Summary::of(&[1.0, f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn another_trial_only_while_the_interval_is_wider_than_a_tenth_of_the_mean() {
+        // 100, 104, 92: sd 6.11, half-width 4.303 * 6.11 / sqrt 3 = 15.2 (15.5% of 98.7).
+        let wide = [100.0, 104.0, 92.0];
+        assert!(wants_another_trial(&wide, 4, 8));
+        // The same values with a fourth close to the mean: half-width 3.182 * 5.0 / 2 = 8.0
+        // (8.1% of 98.5), inside the target.
+        let narrowed = [100.0, 104.0, 92.0, 98.0];
+        assert!(Summary::of(&narrowed).unwrap().relative_ci() < CI_TARGET);
+        assert!(!wants_another_trial(&narrowed, 5, 8));
+        // The limit ends the run whatever the interval.
+        assert!(!wants_another_trial(&wide, 8, 8));
+        // Fewer than two values have no interval to judge.
+        assert!(!wants_another_trial(&[100.0], 2, 8));
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct RunConfig {
     pub personality: PersonalityConfig,
     /// Trials including the first, which is discarded when there are two or more.
     pub trials: usize,
+    /// At most this many trials more while the kept trials' 95% interval is wider than 10%
+    /// of their mean (seed 001's rule, [`crate::stats::wants_another_trial`]).
+    pub extra_trials: usize,
     /// Warm-up at the start of each trial, not recorded.
     pub warmup_seconds: f64,
     /// Length of each trial's measured phase.
@@ -62,6 +65,12 @@ impl RunConfig {
         self.personality.validate()?;
         if self.trials == 0 || self.trials > 100 {
             return Err(format!("trials must be 1..=100, got {}", self.trials));
+        }
+        if self.extra_trials > 100 {
+            return Err(format!(
+                "extra trials must be 0..=100, got {}",
+                self.extra_trials
+            ));
         }
         for (what, v) in [("warm-up", self.warmup_seconds), ("run", self.run_seconds)] {
             if !(v.is_finite() && (0.0..=86_400.0).contains(&v)) {
@@ -171,10 +180,11 @@ where
         ops_max: cfg.ops_max,
     };
     let mut trials = Vec::new();
+    let most = cfg.trials + cfg.extra_trials;
     let mut guard = placement::PlacementGuard::new(cfg.hold_placement, cfg.trials);
     let mut counted = 0;
     let mut index = 0;
-    while counted < cfg.trials {
+    while counted < cfg.trials || wants_another_trial(&trials, counted, most) {
         if interrupted() {
             break;
         }
@@ -201,7 +211,7 @@ where
             &mut |tick| {
                 progress(Progress::Trial {
                     index,
-                    total: cfg.trials,
+                    total: cfg.trials.max(counted + 1),
                     tick,
                 })
             },
@@ -235,12 +245,22 @@ where
     Ok(finish(tree, setup_seconds, trials))
 }
 
-fn finish(fileset: TreeStats, setup_seconds: f64, trials: Vec<TrialResult>) -> RunResult {
-    let kept: Vec<f64> = trials
+/// Seed 001's rule over the trials so far: another while the kept ones' interval is too wide.
+fn wants_another_trial(trials: &[TrialResult], counted: usize, most: usize) -> bool {
+    crate::stats::wants_another_trial(&kept_ops_per_sec(trials), counted, most)
+}
+
+/// ops/s of the trials that count: not discarded, not stopped early.
+fn kept_ops_per_sec(trials: &[TrialResult]) -> Vec<f64> {
+    trials
         .iter()
         .filter(|t| !t.discarded && t.stopped_early.is_none())
         .map(|t| t.summary.ops_per_sec)
-        .collect();
+        .collect()
+}
+
+fn finish(fileset: TreeStats, setup_seconds: f64, trials: Vec<TrialResult>) -> RunResult {
+    let kept = kept_ops_per_sec(&trials);
     let stopped_early = trials.iter().find_map(|t| t.stopped_early.clone());
     RunResult {
         fileset,

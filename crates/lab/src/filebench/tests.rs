@@ -19,6 +19,7 @@ fn tiny(p: Personality) -> RunConfig {
     RunConfig {
         personality: pc,
         trials: 3,
+        extra_trials: 0,
         warmup_seconds: 0.02,
         // Bounded by operations, not time: on a loaded machine (CI runs the
         // test binaries in parallel on 2 cores) a short timed trial can
@@ -264,6 +265,7 @@ fn oltp_op_limit_stops_threads_blocked_on_semaphores() {
     let cfg = RunConfig {
         personality: pc,
         trials: 1,
+        extra_trials: 0,
         warmup_seconds: 0.0,
         run_seconds: 60.0,
         ops_max: Some(300),
@@ -308,6 +310,7 @@ fn oltp_semaphores_pace_writers_by_reads() {
     let cfg = RunConfig {
         personality: pc,
         trials: 1,
+        extra_trials: 0,
         warmup_seconds: 0.0,
         run_seconds: 60.0,
         ops_max: Some(3_000),
@@ -364,4 +367,51 @@ fn set_aside_trials_are_run_again_and_not_counted() {
     assert_eq!(indexes, (0..r.trials.len()).collect::<Vec<_>>());
     drop(target);
     assert!(!dir.exists());
+}
+
+/// Seed 001's rule: after its trials, a run goes on while its kept trials' 95% interval is
+/// wider than 10% of their mean, up to `extra_trials` more, and stops as soon as it is not.
+/// Tiny op-bounded trials under the tests' load vary a lot, so runs here often take extras.
+#[test]
+fn extra_trials_run_while_the_interval_is_wide_and_stop_when_it_narrows() {
+    let mut cfg = tiny(Personality::Webserver);
+    cfg.extra_trials = 4;
+    let mut t = scratch("extra-trials");
+    let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
+    let kept: Vec<f64> = r
+        .trials
+        .iter()
+        .filter(|t| !t.discarded)
+        .map(|t| t.summary.ops_per_sec)
+        .collect();
+    let least = cfg.trials - 1;
+    assert!(
+        (least..=least + cfg.extra_trials).contains(&kept.len()),
+        "{} kept",
+        kept.len()
+    );
+    let wide = |n: usize| Summary::of(&kept[..n]).unwrap().relative_ci() > crate::stats::CI_TARGET;
+    // Every extra trial was run because the interval before it was wide...
+    for n in least..kept.len() {
+        assert!(
+            wide(n),
+            "trial {} ran after {n} kept ones within 10%: {kept:?}",
+            n + 1
+        );
+    }
+    // ...and the run stopped at the limit or with the interval within 10%.
+    assert!(
+        kept.len() == least + cfg.extra_trials || !wide(kept.len()),
+        "{kept:?}"
+    );
+    assert_eq!(r.ops_per_sec.map(|s| s.n), Some(kept.len()));
+}
+
+#[test]
+fn no_extra_trials_runs_exactly_the_trials() {
+    let cfg = tiny(Personality::Webserver);
+    assert_eq!(cfg.extra_trials, 0);
+    let mut t = scratch("no-extra-trials");
+    let r = run(&mut t, &cfg, &|| false, &mut |_| {}).unwrap();
+    assert_eq!(r.trials.len(), cfg.trials);
 }

@@ -41,6 +41,10 @@ pub struct StudyConfig {
     pub size: Size,
     /// Trials per workload and target, the first discarded.
     pub trials: usize,
+    /// Filebench cells: at most this many trials more while the kept trials' 95% interval is
+    /// wider than 10% of their mean (seed 001's rule, `stats::wants_another_trial`).
+    #[serde(default)]
+    pub extra_trials: usize,
     pub warmup_seconds: f64,
     pub run_seconds: f64,
     /// Also end a trial after this many flowops (all threads together).
@@ -106,6 +110,7 @@ impl StudyConfig {
         StudyConfig {
             size,
             trials,
+            extra_trials: trials,
             warmup_seconds: warmup,
             run_seconds: run,
             ops_max: None,
@@ -469,6 +474,7 @@ fn filebench_run(
     RunConfig {
         personality: personality.clone(),
         trials: cfg.trials,
+        extra_trials: cfg.extra_trials,
         warmup_seconds: cfg.warmup_seconds,
         run_seconds: cfg.run_seconds,
         ops_max: cfg.ops_max,

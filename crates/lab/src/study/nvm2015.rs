@@ -374,15 +374,23 @@ fn intro(result: &StudyResult) -> String {
         "Reproduces \"An Empirical Study of File Systems on NVM\" (MSST 2015): its Filebench figures (Figs. 2-4) and its application figures (Figs. 5-11). \
          `{}` run: file counts are 1/{} of the paper's Table I, everything else (file sizes, directory widths, \
          I/O sizes, 50 threads, flowop order) as in the paper. {} trials per workload and target, the first \
-         discarded{}; {} s warm-up and {} s measured each; kernel file systems are made fresh for every workload \
+         discarded{}{}; {} s warm-up and {} s measured each; kernel file systems are made fresh for every workload \
          and remounted before every trial. Total time {:.0} s{}.\n",
         cfg.size.name(),
         cfg.size.divisor(),
         cfg.trials,
+        match cfg.extra_trials {
+            0 => String::new(),
+            n => format!(
+                ", and a Filebench cell runs up to {n} more while its kept trials' 95% interval is wider than \
+                 10% of their mean (seed 001's rule; results.csv's n counts the kept trials)"
+            ),
+        },
         if cfg.hold_placement {
             "; each counted trial waits (up to 15 s) while the host has placed the two CPUs farther apart than \
              the nearest placement seen, and one run there anyway is set aside and run again (at most as many \
-             as the trials; docs/LAB.md)"
+             as the trials); while no near placement has been seen, the waits look for one, for at most 60 s \
+             in all (docs/LAB.md)"
         } else {
             ""
         },

@@ -446,6 +446,7 @@ impl Runner<'_> {
         let run = RunConfig {
             personality,
             trials: c.filebench.trials,
+            extra_trials: c.filebench.extra_trials,
             warmup_seconds: c.filebench.warmup_seconds,
             run_seconds: c.filebench.run_seconds,
             ops_max: None,

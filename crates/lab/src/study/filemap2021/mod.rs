@@ -111,6 +111,9 @@ pub struct FilebenchPhases {
     /// Threads; None: Filebench's defaults (fileserver 50, webproxy 100).
     pub threads: Option<usize>,
     pub trials: usize,
+    /// At most this many trials more while the interval is wider than 10% of the mean
+    /// (seed 001's rule, `stats::wants_another_trial`).
+    pub extra_trials: usize,
     pub warmup_seconds: f64,
     pub run_seconds: f64,
     /// Trials run at a farther CPU placement than the nearest seen are set aside and run
@@ -192,6 +195,7 @@ impl MapStudyConfig {
                 files: 1_000,
                 threads: None,
                 trials: filebench.0,
+                extra_trials: filebench.0,
                 warmup_seconds: filebench.1,
                 run_seconds: filebench.2,
                 hold_placement: true,

@@ -27,6 +27,7 @@ fn tiny(out: PathBuf) -> MapStudyConfig {
         files: 100,
         threads: Some(4),
         trials: 2,
+        extra_trials: 0,
         warmup_seconds: 0.0,
         run_seconds: 0.2,
         // Under the tests' load the CPU link says nothing about placement.

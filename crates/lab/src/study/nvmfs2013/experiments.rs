@@ -688,6 +688,7 @@ where
     let rc = RunConfig {
         personality: p,
         trials: 1,
+        extra_trials: 0,
         warmup_seconds: 0.0,
         run_seconds: cfg.fileserver_seconds,
         ops_max: Some(cfg.fileserver_ops),
