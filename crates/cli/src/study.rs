@@ -93,7 +93,8 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Only these targets (repeat): nvmfs, fuse:nvmfs, fuse-uring:nvmfs (FUSE over io_uring,
-    /// only when named), run:nvmfs (through the C library under
+    /// only when named), fuse-wb:nvmfs (FUSE with the kernel's write-back cache, only when
+    /// named), run:nvmfs (through the C library under
     /// nvmfs run, each workload in a child), ext2, ext3, ext3-writeback, ext3-journal, ext4,
     /// ext4-nodelalloc, xfs, xfs-ag, btrfs, tmpfs, (linux-2002) reiserfs, jfs, or dir:PATH (a
     /// fresh subdirectory of a mounted directory) [default: the study's targets that are

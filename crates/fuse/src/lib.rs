@@ -4,6 +4,7 @@
 //! [`session`].
 
 mod adapter;
+pub mod bdi;
 pub mod options;
 mod uring;
 
@@ -28,7 +29,23 @@ pub fn session(
     fsname: &str,
 ) -> io::Result<(fuser::Session<NvmFuse>, Shutdown)> {
     let (adapter, shutdown) = NvmFuse::new(fs, cfg);
+    // Before mounting: once mounted, resolving the path would ask the server, which does not
+    // run yet.
+    let canonical = mountpoint.canonicalize();
     let mut s = fuser::Session::new(adapter, mountpoint, &cfg.session_config(fsname))?;
+    if cfg.writeback_cache {
+        match canonical.and_then(|p| bdi::lift_dirty_limit(&p)) {
+            Ok(b) => info!(
+                "writeback_cache: this mount may use the whole dirty-page allowance, as a block \
+                 device's does (bdi {b}: strict_limit 0, max_ratio 100)"
+            ),
+            Err(e) => warn!(
+                "writeback_cache: could not lift FUSE's limit of 1% of the dirty-page allowance \
+                 for this mount ({e}; needs root): large buffered writes will stall in the \
+                 kernel's write-back throttling"
+            ),
+        }
+    }
     if cfg.io_uring {
         if shutdown.io_uring_granted() {
             let fd = s.as_fd().try_clone_to_owned()?;

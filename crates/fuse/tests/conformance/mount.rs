@@ -559,6 +559,40 @@ fn read_only_mount_refuses_writes() {
     s.fsck_clean();
 }
 
+/// `-o writeback_cache`: the kernel holds written data in its page cache until fsync or close,
+/// so what a program fsynced, or closed, is on the image after an unmount and a remount. As
+/// root the mount's write-back device no longer has FUSE's 1% dirty-page limit (bdi.rs), under
+/// which large buffered writes stall.
+#[test]
+fn writeback_cache_keeps_fsynced_and_closed_data_and_lifts_the_dirty_limit() {
+    if !fuse_available("writeback_cache_keeps_fsynced_and_closed_data_and_lifts_the_dirty_limit") {
+        return;
+    }
+    let s = Setup::new();
+    let m = s.mount("writeback_cache");
+    if is_root() {
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mnt = m.mnt.canonicalize().unwrap();
+        let bdi = nvmfs_fuse::bdi::mount_device(&info, &mnt).expect("the mount in mountinfo");
+        let knob = |k: &str| fs::read_to_string(format!("/sys/class/bdi/{bdi}/{k}")).unwrap();
+        assert_eq!(knob("strict_limit").trim(), "0");
+        assert_eq!(knob("max_ratio").trim(), "100");
+    }
+    let synced = pattern(3 << 20, 7);
+    let closed = pattern((1 << 20) + 123, 8);
+    let mut f = fs::File::create(m.path("synced")).unwrap();
+    f.write_all(&synced).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    fs::write(m.path("closed"), &closed).unwrap();
+    m.unmount();
+    let m = s.mount("");
+    assert!(fs::read(m.path("synced")).unwrap() == synced, "fsynced data lost");
+    assert!(fs::read(m.path("closed")).unwrap() == closed, "closed file's data lost");
+    m.unmount();
+    s.fsck_clean();
+}
+
 #[test]
 fn random_io_matches_a_model() {
     if !fuse_available("random_io_matches_a_model") {

@@ -644,6 +644,13 @@ fn forms_note(s: &mut String, forms: &[&str]) {
              ring per CPU, each request answered on the CPU that asked.",
         );
     }
+    if forms.contains(&super::targets::FUSE_WB_NAME) {
+        s.push_str(
+            " `fuse-wb:nvmfs` is `fuse:nvmfs` with the kernel's write-back cache (`nvmfs mount -o \
+             writeback_cache`): written data durable at fsync or close, as on the kernel file \
+             systems, instead of on return.",
+        );
+    }
     if !forms.is_empty() {
         s.push('\n');
     }
@@ -667,6 +674,7 @@ fn markdown(
         super::targets::RUN_NAME,
         super::targets::FUSE_NAME,
         super::targets::FUSE_URING_NAME,
+        super::targets::FUSE_WB_NAME,
     ]
     .into_iter()
     .filter(|f| rows.iter().any(|r| r.target == *f))

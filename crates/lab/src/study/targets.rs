@@ -43,9 +43,11 @@ impl TargetEntry {
 #[derive(Debug, Clone)]
 enum Kind {
     Nvmfs,
-    /// Through FUSE: over /dev/fuse reads, or over io_uring rings.
+    /// Through FUSE: over /dev/fuse reads, or over io_uring rings; with or without the
+    /// kernel's write-back cache.
     Fuse {
         io_uring: bool,
+        writeback_cache: bool,
     },
     /// nvmfs under `nvmfs run` in a child ([`super::run_nvmfs`]).
     Run,
@@ -62,6 +64,10 @@ pub const FUSE_NAME: &str = "fuse:nvmfs";
 /// The FUSE target served over FUSE over io_uring (`nvmfs mount -o io_uring`); run only when
 /// named.
 pub const FUSE_URING_NAME: &str = "fuse-uring:nvmfs";
+
+/// The FUSE target with the kernel's write-back cache (`nvmfs mount -o writeback_cache`):
+/// written data durable at fsync or close, as on a kernel file system; run only when named.
+pub const FUSE_WB_NAME: &str = "fuse-wb:nvmfs";
 
 /// The name of nvmfs through the C library under `nvmfs run` (the LD_PRELOAD library).
 pub const RUN_NAME: &str = "run:nvmfs";
@@ -80,7 +86,11 @@ pub enum Runner {
 
 /// Whether `name` is nvmfs in one of its forms: in-process, through FUSE or under `nvmfs run`.
 pub fn is_nvmfs(name: &str) -> bool {
-    name == "nvmfs" || name == FUSE_NAME || name == FUSE_URING_NAME || name == RUN_NAME
+    name == "nvmfs"
+        || name == FUSE_NAME
+        || name == FUSE_URING_NAME
+        || name == FUSE_WB_NAME
+        || name == RUN_NAME
 }
 
 /// Whether `name` is one of the kernel variants the lab provisions (not
@@ -230,7 +240,10 @@ pub fn discover_for(
                 fuse::describe_options(&nvmfs_fuse::MountConfig::default())
             ),
             unavailable: fuse::unavailable(),
-            kind: Kind::Fuse { io_uring: false },
+            kind: Kind::Fuse {
+                io_uring: false,
+                writeback_cache: false,
+            },
         });
     }
     if named(FUSE_URING_NAME) {
@@ -246,7 +259,29 @@ pub fn discover_for(
                 fuse::describe_options(&cfg)
             ),
             unavailable: fuse::unavailable().or_else(nvmfs_fuse::io_uring_unavailable),
-            kind: Kind::Fuse { io_uring: true },
+            kind: Kind::Fuse {
+                io_uring: true,
+                writeback_cache: false,
+            },
+        });
+    }
+    if named(FUSE_WB_NAME) {
+        let cfg = nvmfs_fuse::MountConfig {
+            writeback_cache: true,
+            ..Default::default()
+        };
+        out.push(TargetEntry {
+            name: FUSE_WB_NAME.into(),
+            paper_name: None,
+            description: format!(
+                "the same nvmfs image served through the kernel's FUSE by this process, reached with system calls; {}",
+                fuse::describe_options(&cfg)
+            ),
+            unavailable: fuse::unavailable(),
+            kind: Kind::Fuse {
+                io_uring: false,
+                writeback_cache: true,
+            },
         });
     }
     if named(RUN_NAME) || (only.is_empty() && plan.run) {
@@ -300,6 +335,7 @@ pub fn discover_for(
             "nvmfs".to_string(),
             FUSE_NAME.to_string(),
             FUSE_URING_NAME.to_string(),
+            FUSE_WB_NAME.to_string(),
             RUN_NAME.to_string(),
             "dir:PATH".into(),
         ];
@@ -554,13 +590,17 @@ impl StudyTarget {
                 image.bytes,
                 image.inodes,
             )?)),
-            Kind::Fuse { io_uring } => Ok(StudyTarget::Fuse(Box::new(FuseTarget::create(
+            Kind::Fuse {
+                io_uring,
+                writeback_cache,
+            } => Ok(StudyTarget::Fuse(Box::new(FuseTarget::create(
                 shm_dir.join(scratch_name(".img")),
                 std::env::temp_dir().join(scratch_name("-fuse")),
                 image.bytes,
                 image.inodes,
                 nvmfs_fuse::MountConfig {
                     io_uring: *io_uring,
+                    writeback_cache: *writeback_cache,
                     ..Default::default()
                 },
             )?))),

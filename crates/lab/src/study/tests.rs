@@ -247,6 +247,23 @@ fn the_io_uring_fuse_target_runs_only_when_named() {
 }
 
 #[test]
+fn the_writeback_fuse_target_runs_only_when_named() {
+    let all = targets::discover(kernel::MIN_DEVICE_BYTES, &[]).unwrap();
+    assert!(!all.iter().any(|t| t.name == targets::FUSE_WB_NAME));
+    let named = [targets::FUSE_WB_NAME.to_string()];
+    let one = targets::discover(kernel::MIN_DEVICE_BYTES, &named).unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].name, targets::FUSE_WB_NAME);
+    assert!(
+        one[0].description.contains("durable at fsync or close"),
+        "{}",
+        one[0].description
+    );
+    assert!(targets::is_nvmfs(targets::FUSE_WB_NAME));
+    assert!(!targets::is_kernel_variant(targets::FUSE_WB_NAME));
+}
+
+#[test]
 fn bad_dir_targets_are_named() {
     let e = targets::discover(kernel::MIN_DEVICE_BYTES, &["dir:".into()]).unwrap_err();
     assert!(e.to_string().contains("needs a path"), "{e}");

@@ -41,8 +41,15 @@ pub fn describe_options(cfg: &MountConfig) -> String {
             cfg.max_threads
         )
     };
+    let writes = if cfg.writeback_cache {
+        "`-o writeback_cache`: the kernel's write-back cache, written data durable at fsync or \
+         close as on a kernel file system (as root, the mount's dirty-page limit is lifted to a \
+         block device's)"
+    } else {
+        "no writeback cache: every write durable on return"
+    };
     format!(
-        "{transport}; kernel page cache for data, attr_timeout={}s, entry_timeout={}s, no writeback cache",
+        "{transport}; kernel page cache for data, attr_timeout={}s, entry_timeout={}s, {writes}",
         cfg.attr_timeout.as_secs_f64(),
         cfg.entry_timeout.as_secs_f64(),
     )
