@@ -79,7 +79,8 @@ pub struct Args {
     #[arg(value_parser = ["nvm-2015", "linux-2002", "file-mapping-2021", "nvmfs-2013"])]
     pub(crate) name: String,
     /// About 15 minutes on 2 cores. nvm-2015: 1/50 of the paper's file counts, 4 trials of
-    /// 1 s (Filebench: up to 4 more while the interval is wider than 10%); 10,000 YCSB records, a tenth of a TPC-C warehouse, 4 trials of 0.25 s phases.
+    /// 1 s (Filebench: up to 4 more while the interval is wider than 10%); 10,000 YCSB
+    /// records, a tenth of a TPC-C warehouse, 4 trials of 0.25 s phases.
     /// linux-2002: 2,000 filemark files at 1, 4, 16 threads; pgmeter on two 64 MiB files at
     /// 1, 4, 16 outstanding I/Os; AIM7 up to 16 tasks; 4 trials, pgmeter's of 0.6 s
     #[arg(long, conflicts_with = "full")]
@@ -337,7 +338,7 @@ pub(crate) fn extra_trials(args: &Args) -> Result<Option<usize>, String> {
     let Some(n) = args.extra_trials else {
         return Ok(None);
     };
-    if args.name != "nvm-2015" && args.name != filemap2021::NAME {
+    if args.name != study::nvm2015::STUDY.name && args.name != filemap2021::NAME {
         return Err(format!(
             "--extra-trials: {} has no Filebench cells (nvm-2015 and {} have)",
             args.name,
@@ -351,11 +352,10 @@ pub(crate) fn extra_trials(args: &Args) -> Result<Option<usize>, String> {
 }
 
 pub fn run(args: &Args) -> u8 {
-    if args.extra_trials.is_some() && args.name == nvmfs2013::NAME {
-        if let Err(e) = extra_trials(args) {
-            eprintln!("nvmfs study: {e}");
-            return 2;
-        }
+    // Checked here for every study; the configs below take the value without failing.
+    if let Err(e) = extra_trials(args) {
+        eprintln!("nvmfs study: {e}");
+        return 2;
     }
     if args.name == filemap2021::NAME {
         return crate::study_map::run(args, size_of(args), out_dir(args));
