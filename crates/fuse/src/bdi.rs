@@ -9,6 +9,7 @@
 //! the limit lifted to what a block device's mount gets (`strict_limit` 0, `max_ratio` 100)
 //! the same writes ran at 0.79x of ext4 (docs/LAB.md, "FUSE"). Changing the bdi needs root.
 
+use nvmfs::media::pages::parse_mountinfo_line;
 use std::io;
 use std::path::Path;
 
@@ -34,40 +35,15 @@ pub fn lift_dirty_limit(mountpoint: &Path) -> io::Result<String> {
 }
 
 /// The device number (`major:minor`, the bdi's name) of the last FUSE mount on `mountpoint`
-/// in `mountinfo` (proc(5): field 3 the device, field 5 the mount point with spaces, tabs,
-/// newlines and backslashes as octal escapes, and the file system type after the ` - `).
+/// in `mountinfo` (the newest mount on a path is the one programs see).
 pub fn mount_device(mountinfo: &str, mountpoint: &Path) -> Option<String> {
-    let want = mountpoint.as_os_str().as_encoded_bytes();
-    mountinfo.lines().rev().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let dash = fields.iter().position(|f| *f == "-")?;
-        let fstype = fields.get(dash + 1)?;
-        let on_it = unescape(fields.get(4)?) == want;
-        (on_it && (*fstype == "fuse" || fstype.starts_with("fuse."))).then(|| fields[2].to_string())
-    })
-}
-
-/// A mountinfo field with its `\ooo` escapes decoded.
-fn unescape(field: &str) -> Vec<u8> {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b
-            .get(i + 1..i + 4)
-            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8) + (c - b'0')));
-                i += 4;
-            }
-            None => {
-                out.push(b[i]);
-                i += 1;
-            }
-        }
-    }
-    out
+    let want = mountpoint.to_string_lossy();
+    mountinfo
+        .lines()
+        .rev()
+        .filter_map(parse_mountinfo_line)
+        .find(|m| m.mount_point == want && (m.fs_type == "fuse" || m.fs_type.starts_with("fuse.")))
+        .map(|m| m.device)
 }
 
 #[cfg(test)]
@@ -101,11 +77,5 @@ mod tests {
         assert_eq!(mount_device(INFO, Path::new("/mnt")), None);
         assert_eq!(mount_device(INFO, Path::new("/mnt/with\\040space")), None);
         assert_eq!(mount_device("garbage\n\n- -", Path::new("/")), None);
-    }
-
-    #[test]
-    fn escapes_decode_and_lone_backslashes_stay() {
-        assert_eq!(unescape("a\\011b\\134c\\012"), b"a\tb\\c\n");
-        assert_eq!(unescape("a\\9b\\01"), b"a\\9b\\01");
     }
 }

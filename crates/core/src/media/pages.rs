@@ -21,24 +21,30 @@ pub fn tmpfs_huge_policy(path: &Path) -> Option<String> {
     (mount.fs_type == "tmpfs").then(|| huge_option(&mount.super_options))
 }
 
-/// The fields of a mountinfo line this module needs.
-struct MountLine {
-    mount_point: String,
-    fs_type: String,
-    super_options: String,
+/// The fields of a /proc/self/mountinfo line that nvmfs needs (here, and the FUSE mount's
+/// write-back device in crates/fuse).
+pub struct MountLine {
+    /// `major:minor` of the mounted file system (also the name of its bdi in sysfs).
+    pub device: String,
+    pub mount_point: String,
+    pub fs_type: String,
+    pub super_options: String,
 }
 
 /// `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`: the
-/// mount point is field 5, and after the ` - ` separator come the type, the source and the
-/// super block's options. Octal escapes (`\040` for a space) are decoded in the mount point.
-fn parse_mountinfo_line(line: &str) -> Option<MountLine> {
+/// device is field 3, the mount point field 5, and after the ` - ` separator come the type,
+/// the source and the super block's options. Octal escapes (`\040` for a space) are decoded
+/// in the mount point.
+pub fn parse_mountinfo_line(line: &str) -> Option<MountLine> {
     let (head, tail) = line.split_once(" - ")?;
+    let device = head.split(' ').nth(2)?.to_string();
     let mount_point = unescape(head.split(' ').nth(4)?);
     let mut t = tail.split(' ');
     let fs_type = t.next()?.to_string();
     let _source = t.next()?;
     let super_options = t.next().unwrap_or("").to_string();
     Some(MountLine {
+        device,
         mount_point,
         fs_type,
         super_options,
@@ -133,6 +139,7 @@ mod tests {
             ("/dev/shm", "tmpfs")
         );
         assert_eq!(huge_option(&m.super_options), "never");
+        assert_eq!(m.device, "0:27");
         let l = r"99 25 0:60 / /mnt/huge\040pm rw,relatime - tmpfs none rw,size=8388608k,huge=within_size";
         let m = parse_mountinfo_line(l).unwrap();
         assert_eq!(m.mount_point, "/mnt/huge pm");
