@@ -43,12 +43,8 @@ impl TargetEntry {
 #[derive(Debug, Clone)]
 enum Kind {
     Nvmfs,
-    /// Through FUSE: over /dev/fuse reads, or over io_uring rings; with or without the
-    /// kernel's write-back cache.
-    Fuse {
-        io_uring: bool,
-        writeback_cache: bool,
-    },
+    /// Through FUSE, mounted with these options (the transport, the write-back cache).
+    Fuse(nvmfs_fuse::MountConfig),
     /// nvmfs under `nvmfs run` in a child ([`super::run_nvmfs`]).
     Run,
     Kernel(kernel::Variant),
@@ -232,57 +228,21 @@ pub fn discover_for(
         });
     }
     if wanted(FUSE_NAME) {
-        out.push(TargetEntry {
-            name: FUSE_NAME.into(),
-            paper_name: None,
-            description: format!(
-                "the same nvmfs image served through the kernel's FUSE by this process, reached with system calls; {}",
-                fuse::describe_options(&nvmfs_fuse::MountConfig::default())
-            ),
-            unavailable: fuse::unavailable(),
-            kind: Kind::Fuse {
-                io_uring: false,
-                writeback_cache: false,
-            },
-        });
+        out.push(fuse_entry(FUSE_NAME, nvmfs_fuse::MountConfig::default()));
     }
     if named(FUSE_URING_NAME) {
         let cfg = nvmfs_fuse::MountConfig {
             io_uring: true,
             ..Default::default()
         };
-        out.push(TargetEntry {
-            name: FUSE_URING_NAME.into(),
-            paper_name: None,
-            description: format!(
-                "the same nvmfs image served through the kernel's FUSE by this process, reached with system calls; {}",
-                fuse::describe_options(&cfg)
-            ),
-            unavailable: fuse::unavailable().or_else(nvmfs_fuse::io_uring_unavailable),
-            kind: Kind::Fuse {
-                io_uring: true,
-                writeback_cache: false,
-            },
-        });
+        out.push(fuse_entry(FUSE_URING_NAME, cfg));
     }
     if named(FUSE_WB_NAME) {
         let cfg = nvmfs_fuse::MountConfig {
             writeback_cache: true,
             ..Default::default()
         };
-        out.push(TargetEntry {
-            name: FUSE_WB_NAME.into(),
-            paper_name: None,
-            description: format!(
-                "the same nvmfs image served through the kernel's FUSE by this process, reached with system calls; {}",
-                fuse::describe_options(&cfg)
-            ),
-            unavailable: fuse::unavailable(),
-            kind: Kind::Fuse {
-                io_uring: false,
-                writeback_cache: true,
-            },
-        });
+        out.push(fuse_entry(FUSE_WB_NAME, cfg));
     }
     if named(RUN_NAME) || (only.is_empty() && plan.run) {
         out.push(run_entry(runner));
@@ -355,6 +315,22 @@ pub fn discover_for(
         ));
     }
     Ok(out)
+}
+
+/// A form of nvmfs through FUSE, mounted with `cfg`.
+fn fuse_entry(name: &str, cfg: nvmfs_fuse::MountConfig) -> TargetEntry {
+    let uring = cfg.io_uring;
+    TargetEntry {
+        name: name.into(),
+        paper_name: None,
+        description: format!(
+            "the same nvmfs image served through the kernel's FUSE by this process, reached with system calls; {}",
+            fuse::describe_options(&cfg)
+        ),
+        unavailable: fuse::unavailable()
+            .or_else(|| uring.then(nvmfs_fuse::io_uring_unavailable).flatten()),
+        kind: Kind::Fuse(cfg),
+    }
 }
 
 /// `run:nvmfs`: unmodified code through the C library, answered by nvmfs in its own process.
@@ -590,19 +566,12 @@ impl StudyTarget {
                 image.bytes,
                 image.inodes,
             )?)),
-            Kind::Fuse {
-                io_uring,
-                writeback_cache,
-            } => Ok(StudyTarget::Fuse(Box::new(FuseTarget::create(
+            Kind::Fuse(cfg) => Ok(StudyTarget::Fuse(Box::new(FuseTarget::create(
                 shm_dir.join(scratch_name(".img")),
                 std::env::temp_dir().join(scratch_name("-fuse")),
                 image.bytes,
                 image.inodes,
-                nvmfs_fuse::MountConfig {
-                    io_uring: *io_uring,
-                    writeback_cache: *writeback_cache,
-                    ..Default::default()
-                },
+                cfg.clone(),
             )?))),
             Kind::Kernel(v) => {
                 let prov = Provisioned::create(v, shm_dir, device_bytes)?;

@@ -182,6 +182,7 @@ fn fuse_and_dir_targets_run_and_leave_nothing() {
     let mut wanted = vec![dir_target.as_str()];
     if fuse_ok {
         wanted.push(targets::FUSE_NAME);
+        wanted.push(targets::FUSE_WB_NAME);
     }
     if fuse_ok && switch_uring_on() {
         wanted.push(targets::FUSE_URING_NAME);
@@ -196,7 +197,12 @@ fn fuse_and_dir_targets_run_and_leave_nothing() {
         let r = c.result.as_ref().unwrap().filebench().unwrap();
         // FUSE is remounted between trials; a directory the lab did not mount is not.
         let remounted = r.trials.iter().any(|t| t.remounted);
-        let fuse = c.target == targets::FUSE_NAME || c.target == targets::FUSE_URING_NAME;
+        let fuse = [
+            targets::FUSE_NAME,
+            targets::FUSE_URING_NAME,
+            targets::FUSE_WB_NAME,
+        ]
+        .contains(&c.target.as_str());
         assert_eq!(remounted, fuse, "{}", c.target);
     }
     // None is a kernel variant nvmfs is compared with.
