@@ -235,38 +235,23 @@ fn switch_uring_on() -> bool {
     nvmfs_fuse::io_uring_unavailable().is_none()
 }
 
+/// The FUSE forms other than the default one run only when named, and say how they mount.
 #[test]
-fn the_io_uring_fuse_target_runs_only_when_named() {
+fn the_io_uring_and_writeback_fuse_targets_run_only_when_named() {
     let all = targets::discover(kernel::MIN_DEVICE_BYTES, &[]).unwrap();
     assert!(all.iter().any(|t| t.name == targets::FUSE_NAME));
-    assert!(!all.iter().any(|t| t.name == targets::FUSE_URING_NAME));
-    let named = [targets::FUSE_URING_NAME.to_string()];
-    let one = targets::discover(kernel::MIN_DEVICE_BYTES, &named).unwrap();
-    assert_eq!(one.len(), 1);
-    assert_eq!(one[0].name, targets::FUSE_URING_NAME);
-    assert!(
-        one[0].description.contains("io_uring"),
-        "{}",
-        one[0].description
-    );
-    assert!(targets::is_nvmfs(targets::FUSE_URING_NAME));
-}
-
-#[test]
-fn the_writeback_fuse_target_runs_only_when_named() {
-    let all = targets::discover(kernel::MIN_DEVICE_BYTES, &[]).unwrap();
-    assert!(!all.iter().any(|t| t.name == targets::FUSE_WB_NAME));
-    let named = [targets::FUSE_WB_NAME.to_string()];
-    let one = targets::discover(kernel::MIN_DEVICE_BYTES, &named).unwrap();
-    assert_eq!(one.len(), 1);
-    assert_eq!(one[0].name, targets::FUSE_WB_NAME);
-    assert!(
-        one[0].description.contains("durable at fsync or close"),
-        "{}",
-        one[0].description
-    );
-    assert!(targets::is_nvmfs(targets::FUSE_WB_NAME));
-    assert!(!targets::is_kernel_variant(targets::FUSE_WB_NAME));
+    for (name, says) in [
+        (targets::FUSE_URING_NAME, "io_uring"),
+        (targets::FUSE_WB_NAME, "durable at fsync or close"),
+    ] {
+        assert!(!all.iter().any(|t| t.name == name), "{name}");
+        let one = targets::discover(kernel::MIN_DEVICE_BYTES, &[name.to_string()]).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].name, name);
+        assert!(one[0].description.contains(says), "{}", one[0].description);
+        assert!(targets::is_nvmfs(name));
+        assert!(!targets::is_kernel_variant(name));
+    }
 }
 
 #[test]
