@@ -300,7 +300,8 @@ fn config(def: &study::StudyDef, args: &Args) -> Result<StudyConfig, String> {
         cfg.extra_trials = t;
         cfg.db.trials = t;
     }
-    cfg.extra_trials = extra_trials(args)?.unwrap_or(cfg.extra_trials);
+    // Checked in `run`, before any study's config.
+    cfg.extra_trials = args.extra_trials.unwrap_or(cfg.extra_trials);
     if let Some(s) = args.seconds {
         cfg.run_seconds = s;
         cfg.db.run_seconds = s;
@@ -333,10 +334,10 @@ fn config(def: &study::StudyDef, args: &Args) -> Result<StudyConfig, String> {
     Ok(cfg)
 }
 
-/// `--extra-trials`, checked; refused for the studies without Filebench cells.
-pub(crate) fn extra_trials(args: &Args) -> Result<Option<usize>, String> {
+/// Refuses `--extra-trials` over 100, or for the studies without Filebench cells.
+fn check_extra_trials(args: &Args) -> Result<(), String> {
     let Some(n) = args.extra_trials else {
-        return Ok(None);
+        return Ok(());
     };
     if args.name != study::nvm2015::STUDY.name && args.name != filemap2021::NAME {
         return Err(format!(
@@ -348,12 +349,12 @@ pub(crate) fn extra_trials(args: &Args) -> Result<Option<usize>, String> {
     if n > 100 {
         return Err(format!("--extra-trials must be 0..=100, got {n}"));
     }
-    Ok(Some(n))
+    Ok(())
 }
 
 pub fn run(args: &Args) -> u8 {
-    // Checked here for every study; the configs below take the value without failing.
-    if let Err(e) = extra_trials(args) {
+    // Checked here for every study; the configs take the value as it is.
+    if let Err(e) = check_extra_trials(args) {
         eprintln!("nvmfs study: {e}");
         return 2;
     }

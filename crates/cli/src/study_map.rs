@@ -38,8 +38,8 @@ fn config(args: &Args, size: Size, out: PathBuf) -> Result<MapStudyConfig, Strin
         cfg.filebench.trials = t;
         cfg.filebench.extra_trials = t;
     }
-    cfg.filebench.extra_trials =
-        crate::study::extra_trials(args)?.unwrap_or(cfg.filebench.extra_trials);
+    // Checked in `study::run`, before this config.
+    cfg.filebench.extra_trials = args.extra_trials.unwrap_or(cfg.filebench.extra_trials);
     if let Some(s) = args.seconds.filter(|s| s.is_finite() && *s > 0.0) {
         cfg.filebench.run_seconds = s;
     }

@@ -30,10 +30,10 @@ pub fn session(
 ) -> io::Result<(fuser::Session<NvmFuse>, Shutdown)> {
     let (adapter, shutdown) = NvmFuse::new(fs, cfg);
     // Before mounting: once mounted, resolving the path would ask the server, which does not
-    // run yet.
-    let canonical = mountpoint.canonicalize();
+    // run yet. Only the write-back cache needs it.
+    let canonical = cfg.writeback_cache.then(|| mountpoint.canonicalize());
     let mut s = fuser::Session::new(adapter, mountpoint, &cfg.session_config(fsname))?;
-    if cfg.writeback_cache {
+    if let Some(canonical) = canonical {
         match canonical.and_then(|p| bdi::lift_dirty_limit(&p)) {
             Ok(b) => info!(
                 "writeback_cache: this mount may use the whole dirty-page allowance, as a block \

@@ -251,7 +251,7 @@ fn wants_another_trial(trials: &[TrialResult], counted: usize, most: usize) -> b
 }
 
 /// ops/s of the trials that count: not discarded, not stopped early.
-fn kept_ops_per_sec(trials: &[TrialResult]) -> Vec<f64> {
+pub fn kept_ops_per_sec(trials: &[TrialResult]) -> Vec<f64> {
     trials
         .iter()
         .filter(|t| !t.discarded && t.stopped_early.is_none())

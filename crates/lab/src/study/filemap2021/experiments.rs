@@ -470,12 +470,7 @@ impl Runner<'_> {
         if let Some(why) = &result.stopped_early {
             return Err(io::Error::other(format!("stopped early: {why}")));
         }
-        let kept: Vec<f64> = result
-            .trials
-            .iter()
-            .filter(|t| !t.discarded)
-            .map(|t| t.summary.ops_per_sec)
-            .collect();
+        let kept = filebench::kept_ops_per_sec(&result.trials);
         self.push(e, "Table 2".into(), p.name(), "-", m.name(), "ops/s", kept);
         Ok(())
     }
