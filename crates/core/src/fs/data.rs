@@ -9,7 +9,7 @@
 
 use std::io;
 
-use super::{errno, now_ns, tick_ns, tick_start_ns, Fs, Inner};
+use super::{errno, now_ns, ranges, tick_ns, tick_start_ns, Fs, Inner};
 use crate::layout::inode::{self, FileType, Inode, FILE_SIZE_MAX};
 use crate::layout::BLOCK_SIZE;
 use crate::mapping::Claim;
@@ -163,10 +163,30 @@ impl Inner {
             return Ok(0);
         }
         let n = (i.size - off).min(buf.len() as u64) as usize;
+        if self.tier.is_some() {
+            // No in-place overwrites run next to reads on a tiered image (`write_data`).
+            self.copy_out(ino, off, &mut buf[..n], cache, cold)?;
+        } else {
+            let mask = ranges::mask(off, n as u64);
+            let words = self.stripes.ranges(ino);
+            words.read(mask, || self.copy_out(ino, off, &mut buf[..n], cache, cold))?;
+        }
+        Ok(n)
+    }
+
+    /// Copies the file's bytes at `off` into `buf` (inside EOF); holes read as zeros.
+    fn copy_out(
+        &self,
+        ino: u32,
+        off: u64,
+        buf: &mut [u8],
+        cache: &mut TranslationCache,
+        cold: &mut super::tiered::ColdBlocks,
+    ) -> io::Result<()> {
         // Physically adjacent blocks are copied as one run (one memcpy the prefetcher can
         // follow); `run` is (source offset, start in buf, length).
         let mut run: Option<(u64, usize, usize)> = None;
-        let mut rest = pieces(off, n);
+        let mut rest = pieces(off, buf.len());
         let mut group = [(Piece::default(), None); READ_GROUP];
         loop {
             let k = self.translate_group(ino, &mut rest, &mut group, cache);
@@ -204,7 +224,7 @@ impl Inner {
             }
         }
         self.copy_run(run, buf);
-        Ok(n)
+        Ok(())
     }
 
     /// Translates the next (up to) `READ_GROUP` pieces of a read into `group` and returns
@@ -257,6 +277,11 @@ impl Inner {
         cache: &mut TranslationCache,
     ) -> io::Result<(usize, u64)> {
         self.check_writable()?;
+        if !append && self.tier.is_none() {
+            if let Some(done) = self.overwrite_in_place(ino, off, data, cache) {
+                return done;
+            }
+        }
         let _g = self.stripes.write(ino);
         let mut i = self.inode(ino)?;
         check_regular(&i)?;
@@ -312,6 +337,56 @@ impl Inner {
         claims.clear();
         cache.claims = claims;
         Ok((done, new_size))
+    }
+
+    /// Overwrites `data` at `off` when that is all the write does (every block mapped, the
+    /// range inside EOF) under the stripe's shared lock and the range words of the bytes, so
+    /// that writers of different parts of one file run side by side (`ranges.rs`). None: the
+    /// write needs the exclusive path (a hole, or past EOF). Durable as any overwrite: data
+    /// and times (when stamped) behind one fence.
+    fn overwrite_in_place(
+        &self,
+        ino: u32,
+        off: u64,
+        data: &[u8],
+        cache: &mut TranslationCache,
+    ) -> Option<io::Result<(usize, u64)>> {
+        let _g = self.stripes.read(ino);
+        let i = match self.inode(ino).and_then(|i| check_regular(&i).map(|_| i)) {
+            Ok(i) => i,
+            Err(e) => return Some(Err(e)),
+        };
+        let end = off.checked_add(data.len() as u64)?;
+        if data.is_empty() || end > i.size {
+            return None;
+        }
+        let mut plan = std::mem::take(&mut cache.plan);
+        plan.clear();
+        let mapped = pieces(off, data.len()).all(|p| {
+            let block = self.translate(ino, p.lblk as u32, cache);
+            plan.extend(block.map(|b| (p.lblk as u32, Planned::Mapped(b))));
+            block.is_some()
+        });
+        let done = mapped.then(|| {
+            let _words = self
+                .stripes
+                .ranges(ino)
+                .lock(ranges::mask(off, data.len() as u64));
+            for (piece, &(_, block)) in pieces(off, data.len()).zip(plan.iter()) {
+                if let Planned::Mapped(p) = block {
+                    let chunk = &data[piece.at..piece.at + piece.len];
+                    self.pm
+                        .write_nt(self.geo.data_off(p) + piece.in_blk as u64, chunk);
+                }
+            }
+            if let Some(now) = overwrite_stamp(&i) {
+                self.stamp_times(ino, now);
+            }
+            self.pm.fence();
+            Ok((data.len(), i.size))
+        });
+        cache.plan = plan;
+        done
     }
 
     /// The block of every piece of a write of `len` bytes at `off`, in order: the mapped
@@ -472,7 +547,8 @@ impl Inner {
     }
 
     /// Stores mtime and ctime (line 0 of the record) and writes the line back; not fenced.
-    /// The caller holds the inode's stripe write lock.
+    /// The caller holds the inode's stripe write lock, or its shared lock and range words (an
+    /// in-place overwrite: concurrent ones each store whole 8-byte times).
     pub(crate) fn stamp_times(&self, ino: u32, now: i64) {
         let base = self.geo.inode_off(ino as u64);
         self.pm.store_u64(base + inode::O_MTIME as u64, now as u64);

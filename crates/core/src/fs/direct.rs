@@ -209,10 +209,15 @@ impl DirectMap {
         self.check_range(off, buf.len())?;
         let inner = &self.fs.inner;
         let _g = inner.stripes.read(self.ino);
-        for p in pieces(off, buf.len()) {
-            let media = self.blocks[p.lblk as usize] + p.in_blk as u64;
-            inner.pm.read(media, &mut buf[p.at..p.at + p.len]);
-        }
+        // In-place overwrites run under the shared lock too: the load is repeated if one ran
+        // over its bytes, as a read is.
+        let mask = super::ranges::mask(off, buf.len() as u64);
+        inner.stripes.ranges(self.ino).read(mask, || {
+            for p in pieces(off, buf.len()) {
+                let media = self.blocks[p.lblk as usize] + p.in_blk as u64;
+                inner.pm.read(media, &mut buf[p.at..p.at + p.len]);
+            }
+        });
         Ok(())
     }
 

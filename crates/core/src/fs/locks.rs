@@ -4,10 +4,12 @@
 //! number: DRAM stays constant however many files exist, and operations on different files
 //! rarely meet. Lock order: the rename lock, then directory modify locks (by inode number),
 //! then directory index locks (by inode number), then stripes (by stripe number, each once),
-//! then a journal lane. A directory modifier releases its stripes before it takes its index
+//! then a stripe's range words (`ranges.rs`), then a journal lane. A directory modifier releases its stripes before it takes its index
 //! lock exclusively to apply a committed change (see `DirState`).
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::ranges::RangeWords;
 
 const STRIPES: usize = 4096;
 const OPEN_SHARDS: usize = 64;
@@ -16,6 +18,8 @@ const WRITE_SPINS: usize = 256;
 
 pub struct Stripes {
     locks: Vec<Padded>,
+    /// Each stripe's range words (`ranges.rs`): in-place overwrites under the shared lock.
+    ranges: Vec<RangeWords>,
 }
 
 /// One stripe lock per cache line, so threads on different stripes never share a line.
@@ -26,6 +30,7 @@ impl Default for Stripes {
     fn default() -> Self {
         Stripes {
             locks: (0..STRIPES).map(|_| Padded(RwLock::new(()))).collect(),
+            ranges: (0..STRIPES).map(|_| RangeWords::default()).collect(),
         }
     }
 }
@@ -44,6 +49,11 @@ impl Stripes {
     #[inline]
     fn index(ino: u32) -> usize {
         spread(ino, STRIPES)
+    }
+
+    /// The range words of `ino`'s stripe. Take them while holding its stripe (either way).
+    pub fn ranges(&self, ino: u32) -> &RangeWords {
+        &self.ranges[Self::index(ino)]
     }
 
     pub fn read(&self, ino: u32) -> RwLockReadGuard<'_, ()> {

@@ -14,6 +14,7 @@ mod peers;
 mod probe;
 #[cfg(test)]
 mod races;
+mod ranges;
 mod rename;
 mod tiered;
 
