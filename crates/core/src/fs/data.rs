@@ -7,7 +7,9 @@
 //! there); whenever EOF moves up, the range between the old and the new EOF that the
 //! operation does not write itself is zeroed first, so it always reads as zeros.
 
+use std::cell::UnsafeCell;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{errno, now_ns, ranges, tick_ns, tick_start_ns, Fs, Inner};
 use crate::layout::inode::{self, FileType, Inode, FILE_SIZE_MAX};
@@ -29,6 +31,38 @@ pub struct TranslationCache {
     claims: Vec<NewBlock>,
     /// The handle's scratch list of a write's blocks (`plan_blocks`), kept likewise.
     plan: Vec<(u32, Planned)>,
+}
+
+/// A handle's translation cache, used by one thread at a time: taken with one atomic swap and
+/// given back with a plain store. A lock's release would be a locked instruction after a
+/// write's non-temporal stores, and wait for them to drain.
+#[derive(Default)]
+pub(crate) struct CacheSlot {
+    busy: AtomicBool,
+    cache: UnsafeCell<TranslationCache>,
+}
+
+// SAFETY: the cache is reached only by the thread that turned `busy` from false to true, until
+// it stores false again (`with`).
+unsafe impl Sync for CacheSlot {}
+
+impl CacheSlot {
+    /// Runs `f` with the cache, or with an empty one while another thread uses it.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut TranslationCache) -> R) -> R {
+        if self.busy.swap(true, Ordering::Acquire) {
+            return f(&mut TranslationCache::default());
+        }
+        struct GiveBack<'a>(&'a AtomicBool);
+        impl Drop for GiveBack<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _back = GiveBack(&self.busy);
+        // SAFETY: `busy` was false and this thread set it: no other thread touches the cache
+        // until `_back` stores false, after `f` (also when `f` unwinds).
+        f(unsafe { &mut *self.cache.get() })
+    }
 }
 
 /// A write's block for one piece.
@@ -340,10 +374,11 @@ impl Inner {
     }
 
     /// Overwrites `data` at `off` when that is all the write does (every block mapped, the
-    /// range inside EOF) under the stripe's shared lock and the range words of the bytes, so
+    /// range inside EOF) holding only the range words of the bytes, not the stripe lock, so
     /// that writers of different parts of one file run side by side (`ranges.rs`). None: the
     /// write needs the exclusive path (a hole, or past EOF). Durable as any overwrite: data
-    /// and times (when stamped) behind one fence.
+    /// and times (when stamped) behind one fence, and no locked instruction after the data's
+    /// non-temporal stores.
     fn overwrite_in_place(
         &self,
         ino: u32,
@@ -351,13 +386,19 @@ impl Inner {
         data: &[u8],
         cache: &mut TranslationCache,
     ) -> Option<io::Result<(usize, u64)>> {
-        let _g = self.stripes.read(ino);
+        let end = off.checked_add(data.len() as u64)?;
+        if data.is_empty() {
+            return None;
+        }
+        let mask = ranges::mask(off, data.len() as u64);
+        // No exclusive holder runs while the words are held: the inode and the mapping of
+        // these blocks stay as read here.
+        let _words = self.stripes.ranges(ino).lock(mask);
         let i = match self.inode(ino).and_then(|i| check_regular(&i).map(|_| i)) {
             Ok(i) => i,
             Err(e) => return Some(Err(e)),
         };
-        let end = off.checked_add(data.len() as u64)?;
-        if data.is_empty() || end > i.size {
+        if end > i.size {
             return None;
         }
         let mut plan = std::mem::take(&mut cache.plan);
@@ -367,11 +408,7 @@ impl Inner {
             plan.extend(block.map(|b| (p.lblk as u32, Planned::Mapped(b))));
             block.is_some()
         });
-        let done = mapped.then(|| {
-            let _words = self
-                .stripes
-                .ranges(ino)
-                .lock(ranges::mask(off, data.len() as u64));
+        if mapped {
             for (piece, &(_, block)) in pieces(off, data.len()).zip(plan.iter()) {
                 if let Planned::Mapped(p) = block {
                     let chunk = &data[piece.at..piece.at + piece.len];
@@ -383,10 +420,9 @@ impl Inner {
                 self.stamp_times(ino, now);
             }
             self.pm.fence();
-            Ok((data.len(), i.size))
-        });
+        }
         cache.plan = plan;
-        done
+        mapped.then_some(Ok((data.len(), i.size)))
     }
 
     /// The block of every piece of a write of `len` bytes at `off`, in order: the mapped
@@ -547,8 +583,8 @@ impl Inner {
     }
 
     /// Stores mtime and ctime (line 0 of the record) and writes the line back; not fenced.
-    /// The caller holds the inode's stripe write lock, or its shared lock and range words (an
-    /// in-place overwrite: concurrent ones each store whole 8-byte times).
+    /// The caller holds the inode's stripe write lock, or range words of it (an in-place
+    /// overwrite: concurrent ones each store whole 8-byte times).
     pub(crate) fn stamp_times(&self, ino: u32, now: i64) {
         let base = self.geo.inode_off(ino as u64);
         self.pm.store_u64(base + inode::O_MTIME as u64, now as u64);

@@ -9,7 +9,16 @@
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::ranges::RangeWords;
+use super::ranges::{Excluded, RangeWords};
+
+impl<'a> StripeWrite<'a> {
+    fn new(stripe: &'a Stripe, lock: RwLockWriteGuard<'a, ()>) -> Self {
+        StripeWrite {
+            _excluded: stripe.ranges.exclude(),
+            _lock: lock,
+        }
+    }
+}
 
 const STRIPES: usize = 4096;
 const OPEN_SHARDS: usize = 64;
@@ -17,20 +26,33 @@ const OPEN_SHARDS: usize = 64;
 const WRITE_SPINS: usize = 256;
 
 pub struct Stripes {
-    locks: Vec<Padded>,
-    /// Each stripe's range words (`ranges.rs`): in-place overwrites under the shared lock.
-    ranges: Vec<RangeWords>,
+    locks: Vec<Stripe>,
 }
 
-/// One stripe lock per cache line, so threads on different stripes never share a line.
+/// One stripe: its lock on one cache line, its range words (`ranges.rs`) on the next, so
+/// threads on different stripes never share a line.
 #[repr(align(64))]
-struct Padded(RwLock<()>);
+struct Stripe {
+    lock: RwLock<()>,
+    ranges: RangeWords,
+}
+
+/// A stripe held exclusively: its lock, and its range words' exclusive flag (so no in-place
+/// overwrite runs either).
+pub struct StripeWrite<'a> {
+    _excluded: Excluded<'a>,
+    _lock: RwLockWriteGuard<'a, ()>,
+}
 
 impl Default for Stripes {
     fn default() -> Self {
         Stripes {
-            locks: (0..STRIPES).map(|_| Padded(RwLock::new(()))).collect(),
-            ranges: (0..STRIPES).map(|_| RangeWords::default()).collect(),
+            locks: (0..STRIPES)
+                .map(|_| Stripe {
+                    lock: RwLock::new(()),
+                    ranges: RangeWords::default(),
+                })
+                .collect(),
         }
     }
 }
@@ -51,17 +73,22 @@ impl Stripes {
         spread(ino, STRIPES)
     }
 
-    /// The range words of `ino`'s stripe. Take them while holding its stripe (either way).
+    /// The range words of `ino`'s stripe: an in-place overwrite takes them without the lock,
+    /// a reader checks them under the shared lock.
     pub fn ranges(&self, ino: u32) -> &RangeWords {
-        &self.ranges[Self::index(ino)]
+        &self.locks[Self::index(ino)].ranges
     }
 
     pub fn read(&self, ino: u32) -> RwLockReadGuard<'_, ()> {
-        self.locks[Self::index(ino)].0.read()
+        self.locks[Self::index(ino)].lock.read()
     }
 
-    pub fn write(&self, ino: u32) -> RwLockWriteGuard<'_, ()> {
-        let lock = &self.locks[Self::index(ino)].0;
+    pub fn write(&self, ino: u32) -> StripeWrite<'_> {
+        let stripe = &self.locks[Self::index(ino)];
+        StripeWrite::new(stripe, Self::lock_write(&stripe.lock))
+    }
+
+    fn lock_write(lock: &RwLock<()>) -> RwLockWriteGuard<'_, ()> {
         // A writer holds a stripe for about a microsecond at most (a 4 KiB overwrite: well
         // under one), so waiting one out by spinning beats parking: parking_lot parks after
         // a few rounds, and the futex wake-up then costs tens of microseconds on a virtual
@@ -90,11 +117,13 @@ impl Stripes {
     }
 
     /// Write-locks the stripes of several inodes in stripe order, each stripe once.
-    pub fn write_many(&self, inos: &[u32]) -> Vec<RwLockWriteGuard<'_, ()>> {
+    pub fn write_many(&self, inos: &[u32]) -> Vec<StripeWrite<'_>> {
         let mut idx: Vec<usize> = inos.iter().map(|&i| Self::index(i)).collect();
         idx.sort_unstable();
         idx.dedup();
-        idx.into_iter().map(|i| self.locks[i].0.write()).collect()
+        idx.into_iter()
+            .map(|i| StripeWrite::new(&self.locks[i], self.locks[i].lock.write()))
+            .collect()
     }
 }
 
@@ -104,7 +133,7 @@ impl Stripes {
 pub struct TryStripes<'a> {
     stripes: &'a Stripes,
     held: Option<usize>,
-    guards: Vec<(usize, RwLockWriteGuard<'a, ()>)>,
+    guards: Vec<(usize, StripeWrite<'a>)>,
 }
 
 impl TryStripes<'_> {
@@ -114,9 +143,12 @@ impl TryStripes<'_> {
         if self.held == Some(i) || self.guards.iter().any(|g| g.0 == i) {
             return true;
         }
-        match self.stripes.locks[i].0.try_write() {
+        let stripe = &self.stripes.locks[i];
+        match stripe.lock.try_write() {
             Some(g) => {
-                self.guards.push((i, g));
+                // Waiting for the range words cannot deadlock: no in-place overwrite runs on
+                // an image with an SSD tier, the only user of these sets.
+                self.guards.push((i, StripeWrite::new(stripe, g)));
                 true
             }
             None => false,

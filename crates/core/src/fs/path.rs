@@ -5,9 +5,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use parking_lot::Mutex;
-
-use super::data::TranslationCache;
+use super::data::{CacheSlot, TranslationCache};
 use super::node::{retry, Target};
 use super::ops::{SetAttr, SetTime, ROOT};
 use super::{errno, DirEntry, Fs, Metadata, RenameFlags};
@@ -390,7 +388,7 @@ impl Fs {
             writable: o.write || o.append,
             append: o.append,
             pos: 0,
-            cache: Mutex::new(TranslationCache::default()),
+            cache: CacheSlot::default(),
         };
         if ft == FileType::Dir && file.writable {
             return Err(errno(libc::EISDIR));
@@ -492,7 +490,7 @@ pub struct File {
     writable: bool,
     append: bool,
     pos: u64,
-    cache: Mutex<TranslationCache>,
+    cache: CacheSlot,
 }
 
 impl File {
@@ -501,11 +499,7 @@ impl File {
     }
 
     fn with_cache<R>(&self, f: impl FnOnce(&mut TranslationCache) -> R) -> R {
-        match self.cache.try_lock() {
-            Some(mut c) => f(&mut c),
-            // Another thread is using this handle's cache: go without.
-            None => f(&mut TranslationCache::default()),
-        }
+        self.cache.with(f)
     }
 
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {

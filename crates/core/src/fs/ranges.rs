@@ -2,26 +2,32 @@
 //! same time, and readers check that they saw no write half done.
 //!
 //! A write that only overwrites mapped bytes inside EOF (no block claimed, size unchanged, no
-//! SSD tier) takes its inode's stripe lock shared, like a read, and then the words of the
-//! ranges it covers. Everything else that changes a file (appends, extending writes, hole
-//! fills, truncates, punches, direct-map stores) still takes the stripe lock exclusively and
-//! so excludes both readers and these writers.
+//! SSD tier) takes no stripe lock: only the words of the ranges it covers. Everything else
+//! that changes a file or its inode (appends, extending writes, hole fills, truncates,
+//! punches, direct-map stores, attribute and link changes) takes the stripe lock exclusively,
+//! which also raises the stripe's `exclusive` flag and waits for its words to be free.
 //!
-//! Each stripe has `WORDS` words, one cache line. Byte `off` of a file belongs to word
-//! `(off >> RANGE_SHIFT) % WORDS` of its inode's stripe, so a write of any length covers a set
-//! of at most `WORDS` words: a bit mask. A word is a sequence number, odd while a writer holds
-//! it (a seqlock):
+//! Each stripe has `WORDS` words and the flag, in one cache line next to its lock. Byte `off`
+//! of a file belongs to word `(off >> RANGE_SHIFT) % WORDS` of its inode's stripe, so a write
+//! of any length covers a set of at most `WORDS` words: a bit mask. A word is a sequence
+//! number, odd while a writer holds it (a seqlock):
 //! - A writer makes its words odd with one compare-exchange each, in bit order (so two writers
-//!   never wait for each other in a cycle), stores its data, fences (the data is then durable
-//!   and visible before the release), and makes them even again with plain stores: no locked
-//!   instruction after its non-temporal stores, which would wait for them to drain.
-//! - A reader notes its words (waiting while any is odd), copies, and compares: a changed word
-//!   means a writer ran over some of the bytes, and the copy is repeated. After `READ_TRIES`
-//!   such copies it takes the words as a writer does, so it cannot be starved.
+//!   never wait for each other in a cycle), then looks at the flag: raised, it lets go of its
+//!   words and waits for the flag to drop. It then reads the inode, stores its data, fences
+//!   (the data is durable and visible before the release), and makes its words even again
+//!   with plain stores: no locked instruction after its non-temporal stores, which would wait
+//!   for them to drain.
+//! - An exclusive holder raises the flag with an atomic swap and then waits for every word to
+//!   be even. Both sides' read-modify-writes order their store before their later load, so
+//!   at least one of them sees the other (Dekker): never both inside.
+//! - A reader holds the stripe lock shared (so no exclusive holder runs), notes its words
+//!   (waiting while any is odd), copies, and compares: a changed word means a writer ran over
+//!   some of the bytes, and the copy is repeated. After `READ_TRIES` such copies it takes the
+//!   words as a writer does, so it cannot be starved.
 //!
-//! Lock order: a stripe, then its range words in bit order.
+//! Lock order: a stripe's lock, then its words in bit order.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 /// Range words per stripe (one 64-byte line).
 pub const WORDS: usize = 8;
@@ -33,10 +39,14 @@ const READ_TRIES: usize = 3;
 /// Spins on a held word before yielding the CPU.
 const SPINS: usize = 64;
 
-/// The range words of one stripe.
+/// The range words and the exclusive flag of one stripe. 32-bit words: a reader would have to
+/// miss 2^31 writes of its range during one copy to be fooled.
 #[repr(align(64))]
 #[derive(Default)]
-pub struct RangeWords([AtomicU64; WORDS]);
+pub struct RangeWords {
+    words: [AtomicU32; WORDS],
+    exclusive: AtomicU32,
+}
 
 /// The words that bytes `[off, off + len)` fall in, as a bit mask (0 for an empty range).
 pub fn mask(off: u64, len: u64) -> u8 {
@@ -56,7 +66,7 @@ fn bits(mask: u8) -> impl Iterator<Item = usize> {
 }
 
 /// Waits while `w` is odd; returns its even value.
-fn wait_even(w: &AtomicU64) -> u64 {
+fn wait_even(w: &AtomicU32) -> u32 {
     let mut spins = 0;
     loop {
         let v = w.load(Ordering::Acquire);
@@ -77,42 +87,72 @@ fn pause(spins: &mut usize) {
 }
 
 impl RangeWords {
-    /// Takes the words of `mask` (odd), in bit order.
+    /// Takes the words of `mask` (odd), in bit order, once no exclusive holder is in.
     pub fn lock(&self, mask: u8) -> RangeGuard<'_> {
-        for b in bits(mask) {
-            let w = &self.0[b];
-            let mut spins = 0;
-            loop {
-                let v = wait_even(w);
-                if w.compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    break;
+        loop {
+            for b in bits(mask) {
+                let w = &self.words[b];
+                let mut spins = 0;
+                loop {
+                    let v = wait_even(w);
+                    if w.compare_exchange_weak(v, v + 1, Ordering::SeqCst, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        break;
+                    }
+                    pause(&mut spins);
                 }
+            }
+            let held = RangeGuard { words: self, mask };
+            if self.exclusive.load(Ordering::SeqCst) == 0 {
+                return held;
+            }
+            drop(held);
+            let mut spins = 0;
+            while self.exclusive.load(Ordering::Acquire) != 0 {
                 pause(&mut spins);
             }
         }
-        RangeGuard { words: self, mask }
+    }
+
+    /// Raises the exclusive flag and waits for every word to be free. The caller holds the
+    /// stripe lock exclusively (so no reader holds words and no other flag raiser is in).
+    pub fn exclude(&self) -> Excluded<'_> {
+        self.exclusive.swap(1, Ordering::SeqCst);
+        for w in &self.words {
+            wait_even(w);
+        }
+        Excluded(self)
     }
 
     /// Runs `copy` until no writer of the words of `mask` ran during it (at most `READ_TRIES`
-    /// times; then once more with the words held) and returns its last result.
+    /// times; then once more with the words held) and returns its last result. The caller
+    /// holds the stripe lock shared.
     pub fn read<R>(&self, mask: u8, mut copy: impl FnMut() -> R) -> R {
-        let mut seen = [0u64; WORDS];
+        let mut seen = [0u32; WORDS];
         for _ in 0..READ_TRIES {
             for b in bits(mask) {
-                seen[b] = wait_even(&self.0[b]);
+                seen[b] = wait_even(&self.words[b]);
             }
             let r = copy();
             // The copy's loads before the second look at the words (x86 keeps loads in
             // order; this keeps the compiler from moving them).
             fence(Ordering::Acquire);
-            if bits(mask).all(|b| self.0[b].load(Ordering::Relaxed) == seen[b]) {
+            if bits(mask).all(|b| self.words[b].load(Ordering::Relaxed) == seen[b]) {
                 return r;
             }
         }
         let _held = self.lock(mask);
         copy()
+    }
+}
+
+/// A raised exclusive flag; dropping it lowers the flag.
+pub struct Excluded<'a>(&'a RangeWords);
+
+impl Drop for Excluded<'_> {
+    fn drop(&mut self) {
+        self.0.exclusive.store(0, Ordering::Release);
     }
 }
 
@@ -126,7 +166,7 @@ impl Drop for RangeGuard<'_> {
     fn drop(&mut self) {
         for b in bits(self.mask) {
             // Only the holder changes an odd word: a plain store, no read-modify-write.
-            let w = &self.words.0[b];
+            let w = &self.words.words[b];
             w.store(w.load(Ordering::Relaxed) + 1, Ordering::Release);
         }
     }
@@ -185,8 +225,49 @@ mod tests {
         });
         assert!(taken.load(Ordering::SeqCst));
         // Every hold added two: word 0 was held three times, word 1 twice.
-        assert_eq!(w.0[0].load(Ordering::SeqCst), 6);
-        assert_eq!(w.0[1].load(Ordering::SeqCst), 4);
+        assert_eq!(w.words[0].load(Ordering::SeqCst), 6);
+        assert_eq!(w.words[1].load(Ordering::SeqCst), 4);
+    }
+
+    /// Waits up to a second for `flag`; true if it was set.
+    fn comes(flag: &std::sync::atomic::AtomicBool) -> bool {
+        (0..1000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            flag.load(Ordering::SeqCst)
+        })
+    }
+
+    #[test]
+    fn an_exclusive_holder_and_in_place_writers_are_never_in_together() {
+        use std::sync::atomic::AtomicBool;
+        let w = RangeWords::default();
+        let (excluded, written) = (AtomicBool::new(false), AtomicBool::new(false));
+        // A held word keeps an exclusive holder out until it is let go.
+        let held = w.lock(0b100);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _x = w.exclude();
+                excluded.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!excluded.load(Ordering::SeqCst));
+            drop(held);
+            assert!(comes(&excluded));
+        });
+        // A raised flag keeps writers of any word out until it drops.
+        let x = w.exclude();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _g = w.lock(0b1);
+                written.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!written.load(Ordering::SeqCst));
+            // The waiting writer let go of its word: the words are all even.
+            assert!(w.words.iter().all(|v| v.load(Ordering::SeqCst) & 1 == 0));
+            drop(x);
+            assert!(comes(&written));
+        });
     }
 
     #[test]
@@ -199,7 +280,7 @@ mod tests {
                 drop(w.lock(0b1));
             } else {
                 // The last copy runs with the word held.
-                assert_eq!(w.0[0].load(Ordering::SeqCst) & 1, 1);
+                assert_eq!(w.words[0].load(Ordering::SeqCst) & 1, 1);
             }
         });
         assert_eq!(copies, READ_TRIES + 1);
