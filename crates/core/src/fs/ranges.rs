@@ -213,61 +213,44 @@ mod tests {
         assert_eq!(copies, 1);
         // Held words are odd; a second writer gets them only after the first lets go.
         let g = w.lock(0b1);
-        let taken = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let _g2 = w.lock(0b11);
-                taken.store(true, Ordering::SeqCst);
-            });
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            assert!(!taken.load(Ordering::SeqCst));
-            drop(g);
-        });
-        assert!(taken.load(Ordering::SeqCst));
+        blocks_until_dropped(g, || drop(w.lock(0b11)), || {});
         // Every hold added two: word 0 was held three times, word 1 twice.
         assert_eq!(w.words[0].load(Ordering::SeqCst), 6);
         assert_eq!(w.words[1].load(Ordering::SeqCst), 4);
     }
 
-    /// Waits up to a second for `flag`; true if it was set.
-    fn comes(flag: &std::sync::atomic::AtomicBool) -> bool {
-        (0..1000).any(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            flag.load(Ordering::SeqCst)
-        })
+    /// Runs `take` on another thread while `held` is held: it must not finish within 20 ms
+    /// (`meanwhile` then runs), and must finish within a second once `held` is dropped.
+    fn blocks_until_dropped<H>(held: H, take: impl FnOnce() + Send, meanwhile: impl FnOnce()) {
+        use std::sync::atomic::AtomicBool;
+        use std::time::Duration;
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                take();
+                done.store(true, Ordering::SeqCst);
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(!done.load(Ordering::SeqCst));
+            meanwhile();
+            drop(held);
+            let comes = (0..1000).any(|_| {
+                std::thread::sleep(Duration::from_millis(1));
+                done.load(Ordering::SeqCst)
+            });
+            assert!(comes);
+        });
     }
 
     #[test]
     fn an_exclusive_holder_and_in_place_writers_are_never_in_together() {
-        use std::sync::atomic::AtomicBool;
         let w = RangeWords::default();
-        let (excluded, written) = (AtomicBool::new(false), AtomicBool::new(false));
         // A held word keeps an exclusive holder out until it is let go.
-        let held = w.lock(0b100);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let _x = w.exclude();
-                excluded.store(true, Ordering::SeqCst);
-            });
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            assert!(!excluded.load(Ordering::SeqCst));
-            drop(held);
-            assert!(comes(&excluded));
-        });
-        // A raised flag keeps writers of any word out until it drops.
-        let x = w.exclude();
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let _g = w.lock(0b1);
-                written.store(true, Ordering::SeqCst);
-            });
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            assert!(!written.load(Ordering::SeqCst));
-            // The waiting writer let go of its word: the words are all even.
-            assert!(w.words.iter().all(|v| v.load(Ordering::SeqCst) & 1 == 0));
-            drop(x);
-            assert!(comes(&written));
-        });
+        blocks_until_dropped(w.lock(0b100), || drop(w.exclude()), || {});
+        // A raised flag keeps writers of any word out until it drops; the waiting writer
+        // lets go of its word meanwhile (all words even).
+        let all_even = || assert!(w.words.iter().all(|v| v.load(Ordering::SeqCst) & 1 == 0));
+        blocks_until_dropped(w.exclude(), || drop(w.lock(0b1)), all_even);
     }
 
     #[test]
