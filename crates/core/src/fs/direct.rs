@@ -209,8 +209,8 @@ impl DirectMap {
         self.check_range(off, buf.len())?;
         let inner = &self.fs.inner;
         let _g = inner.stripes.read(self.ino);
-        // In-place overwrites run under the shared lock too: the load is repeated if one ran
-        // over its bytes, as a read is.
+        // In-place overwrites do not take the stripe lock: the load is repeated if one ran
+        // over its bytes, as a read is (`ranges.rs`).
         let mask = super::ranges::mask(off, buf.len() as u64);
         inner.stripes.ranges(self.ino).read(mask, || {
             for p in pieces(off, buf.len()) {

@@ -4,21 +4,13 @@
 //! number: DRAM stays constant however many files exist, and operations on different files
 //! rarely meet. Lock order: the rename lock, then directory modify locks (by inode number),
 //! then directory index locks (by inode number), then stripes (by stripe number, each once),
-//! then a stripe's range words (`ranges.rs`), then a journal lane. A directory modifier releases its stripes before it takes its index
-//! lock exclusively to apply a committed change (see `DirState`).
+//! then a stripe's range words (`ranges.rs`), then a journal lane. A directory modifier
+//! releases its stripes before it takes its index lock exclusively to apply a committed
+//! change (see `DirState`).
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::ranges::{Excluded, RangeWords};
-
-impl<'a> StripeWrite<'a> {
-    fn new(stripe: &'a Stripe, lock: RwLockWriteGuard<'a, ()>) -> Self {
-        StripeWrite {
-            _excluded: stripe.ranges.exclude(),
-            _lock: lock,
-        }
-    }
-}
 
 const STRIPES: usize = 4096;
 const OPEN_SHARDS: usize = 64;
@@ -42,6 +34,15 @@ struct Stripe {
 pub struct StripeWrite<'a> {
     _excluded: Excluded<'a>,
     _lock: RwLockWriteGuard<'a, ()>,
+}
+
+impl<'a> StripeWrite<'a> {
+    fn new(stripe: &'a Stripe, lock: RwLockWriteGuard<'a, ()>) -> Self {
+        StripeWrite {
+            _excluded: stripe.ranges.exclude(),
+            _lock: lock,
+        }
+    }
 }
 
 impl Default for Stripes {
