@@ -490,3 +490,58 @@ fn as_ptr_points_at_the_file_bytes_in_the_media() {
     f.write_all_at(b"wxyz", 100).unwrap();
     assert_eq!(unsafe { std::slice::from_raw_parts(p, 4) }, b"wxyz");
 }
+
+/// Two maps of one file store over the same bytes (across block boundaries) while a third
+/// thread reads them with `read_at` and a fourth overwrites another range with `write_at`,
+/// until the reader is done: every read sees one store whole (stores take the range words,
+/// reads check them), and the overwrites of the other range run alongside. Without the words
+/// in `store`, 2,029-3,258 of the 4,000 reads mixed two stores in three runs.
+#[test]
+fn reads_see_each_store_whole_while_maps_store_side_by_side() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let fs = mem_fs(32, 256);
+    let f = create_rw(&fs, "/f");
+    f.write_all_at(&vec![0u8; 1 << 20], 0).unwrap();
+    let (off, len) = (BS - 1000, 60_000usize);
+    let (mixed, done) = (AtomicU64::new(0), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        for t in 1..=2u8 {
+            let mut m = f.map_direct().unwrap();
+            let done = &done;
+            s.spawn(move || {
+                let mut i = 0u8;
+                while !done.load(Ordering::Relaxed) {
+                    m.store(off, &vec![t.wrapping_mul(16).wrapping_add(i) | 1; len])
+                        .unwrap();
+                    i = i.wrapping_add(1);
+                }
+            });
+        }
+        s.spawn(|| {
+            let mut i = 0u8;
+            while !done.load(Ordering::Relaxed) {
+                f.write_all_at(&[i; 4096], 512 << 10).unwrap();
+                i = i.wrapping_add(1);
+            }
+        });
+        s.spawn(|| {
+            let mut buf = vec![0u8; len];
+            for _ in 0..4000 {
+                f.read_exact_at(&mut buf, off).unwrap();
+                if buf.iter().any(|&b| b != buf[0]) {
+                    mixed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+    });
+    assert_eq!(
+        mixed.load(Ordering::Relaxed),
+        0,
+        "reads saw half-done stores"
+    );
+    let all = read_all(&f);
+    let r = &all[off as usize..off as usize + len];
+    assert!(r.iter().all(|&b| b == r[0]), "two stores mixed");
+    assert_fsck_clean(&fs);
+}

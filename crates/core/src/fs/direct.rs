@@ -230,7 +230,12 @@ impl DirectMap {
         }
         self.check_range(off, data.len())?;
         let inner = &self.fs.inner;
-        let _g = inner.stripes.write(self.ino);
+        // A store changes no size and no mapping (the blocks stay while the map lives), so,
+        // like an in-place overwrite, it takes only the range words of its bytes: reads see
+        // all of it or none, stores and overwrites of other ranges run alongside, and no
+        // locked instruction follows the stores (`ranges.rs`).
+        let mask = super::ranges::mask(off, data.len() as u64);
+        let _words = inner.stripes.ranges(self.ino).lock(mask);
         for p in pieces(off, data.len()) {
             let b = p.lblk as usize;
             inner
