@@ -361,7 +361,9 @@ impl Inner {
             last && !self.keep_unlinked(child)
         };
         // Freeing the blocks needs no directory lock: the child is unreachable, and its
-        // number is not reused before free_inode returns it.
+        // number is not reused before free_inode returns it. Holding the lock through the
+        // freeing's fence would make every other change of this directory wait for it.
+        drop(_modify);
         if free {
             let _child = self.stripes.write(child);
             self.free_inode(child)?;
