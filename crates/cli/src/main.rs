@@ -82,6 +82,10 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Err(e) = nvmfs::media::no_flush_requested() {
+        eprintln!("nvmfs: {e}");
+        return ExitCode::from(2);
+    }
     let code = match cli.command {
         Command::Mkfs(args) => mkfs::run(&args),
         Command::Fsck(args) => fsck::run(&args),

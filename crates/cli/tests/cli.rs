@@ -1104,3 +1104,43 @@ fn mkfs_ssd_makes_a_tiered_image() {
         text(&out.stderr)
     );
 }
+
+/// `NVMFS_NO_FLUSH=1` is shown by info and leaves a working image; any other value but 0 or
+/// empty is refused before the command runs.
+#[test]
+fn no_flush_environment_is_shown_and_bad_values_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("nf.img");
+    let img = image.to_str().unwrap();
+    let with = |value: &str, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_nvmfs"))
+            .env("NVMFS_NO_FLUSH", value)
+            .args(args)
+            .output()
+            .expect("run nvmfs")
+    };
+    let out = with("1", &["mkfs", "--size", "16M", img]);
+    assert_eq!(out.status.code(), Some(0), "mkfs: {}", text(&out.stderr));
+    let out = with("1", &["info", img, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "info: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let flush = v["flush_instruction"].as_str().unwrap();
+    assert!(flush.starts_with("none (NVMFS_NO_FLUSH=1"), "{flush}");
+    let out = with("0", &["info", img, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!v["flush_instruction"]
+        .as_str()
+        .unwrap()
+        .contains("NVMFS_NO_FLUSH"));
+    let out = with("1", &["fsck", img]);
+    assert_eq!(out.status.code(), Some(0), "fsck: {}", text(&out.stdout));
+    for bad in ["yes", "2", " 1"] {
+        let out = with(bad, &["info", img]);
+        assert_eq!(out.status.code(), Some(2), "NVMFS_NO_FLUSH={bad:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("NVMFS_NO_FLUSH") && err.contains("use 1"),
+            "{err}"
+        );
+    }
+}

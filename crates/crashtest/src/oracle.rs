@@ -287,10 +287,30 @@ pub fn check_workload_tear(
     image_bytes: u64,
     tear: Tear,
 ) -> Outcome {
+    check_workload_after(&[], ops, depth, mapping, image_bytes, tear)
+}
+
+/// As [`check_workload_tear`], with `setup` run on the populated image before recording:
+/// the crash images are those of `ops` only.
+pub fn check_workload_after(
+    setup: &[Op],
+    ops: &[Op],
+    depth: RecoveryDepth,
+    mapping: MappingKind,
+    image_bytes: u64,
+    tear: Tear,
+) -> Outcome {
     let rec = Arc::new(Recorder::default());
     let mut pm = Pm::in_memory(image_bytes);
     pm.set_trace(Some(rec.clone()));
-    let fs = match Fs::format_pm_with(pm, mapping).and_then(|fs| ace::populate(&fs).map(|_| fs)) {
+    let ready = Fs::format_pm_with(pm, mapping).and_then(|fs| {
+        ace::populate(&fs)?;
+        for op in setup {
+            op.run(&fs)?;
+        }
+        Ok(fs)
+    });
+    let fs = match ready {
         Ok(fs) => fs,
         Err(e) => {
             return Outcome {

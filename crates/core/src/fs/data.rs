@@ -11,7 +11,7 @@ use std::cell::UnsafeCell;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{errno, now_ns, ranges, tick_ns, tick_start_ns, Fs, Inner};
+use super::{errno, now_ns, tick_ns, tick_start_ns, Fs, Inner};
 use crate::layout::inode::{self, FileType, Inode, FILE_SIZE_MAX};
 use crate::layout::BLOCK_SIZE;
 use crate::mapping::Claim;
@@ -201,9 +201,9 @@ impl Inner {
             // No in-place overwrites run next to reads on a tiered image (`write_data`).
             self.copy_out(ino, off, &mut buf[..n], cache, cold)?;
         } else {
-            let mask = ranges::mask(off, n as u64);
-            let words = self.stripes.ranges(ino);
-            words.read(mask, || self.copy_out(ino, off, &mut buf[..n], cache, cold))?;
+            self.stripes.read_bytes(ino, off, n as u64, || {
+                self.copy_out(ino, off, &mut buf[..n], cache, cold)
+            })?;
         }
         Ok(n)
     }
@@ -390,10 +390,9 @@ impl Inner {
         if data.is_empty() {
             return None;
         }
-        let mask = ranges::mask(off, data.len() as u64);
         // No exclusive holder runs while the words are held: the inode and the mapping of
         // these blocks stay as read here.
-        let _words = self.stripes.ranges(ino).lock(mask);
+        let _words = self.stripes.lock_bytes(ino, off, data.len() as u64);
         let i = match self.inode(ino).and_then(|i| check_regular(&i).map(|_| i)) {
             Ok(i) => i,
             Err(e) => return Some(Err(e)),

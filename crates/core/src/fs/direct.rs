@@ -211,13 +211,14 @@ impl DirectMap {
         let _g = inner.stripes.read(self.ino);
         // In-place overwrites do not take the stripe lock: the load is repeated if one ran
         // over its bytes, as a read is (`ranges.rs`).
-        let mask = super::ranges::mask(off, buf.len() as u64);
-        inner.stripes.ranges(self.ino).read(mask, || {
-            for p in pieces(off, buf.len()) {
-                let media = self.blocks[p.lblk as usize] + p.in_blk as u64;
-                inner.pm.read(media, &mut buf[p.at..p.at + p.len]);
-            }
-        });
+        inner
+            .stripes
+            .read_bytes(self.ino, off, buf.len() as u64, || {
+                for p in pieces(off, buf.len()) {
+                    let media = self.blocks[p.lblk as usize] + p.in_blk as u64;
+                    inner.pm.read(media, &mut buf[p.at..p.at + p.len]);
+                }
+            });
         Ok(())
     }
 
@@ -234,8 +235,7 @@ impl DirectMap {
         // like an in-place overwrite, it takes only the range words of its bytes: reads see
         // all of it or none, stores and overwrites of other ranges run alongside, and no
         // locked instruction follows the stores (`ranges.rs`).
-        let mask = super::ranges::mask(off, data.len() as u64);
-        let _words = inner.stripes.ranges(self.ino).lock(mask);
+        let _words = inner.stripes.lock_bytes(self.ino, off, data.len() as u64);
         for p in pieces(off, data.len()) {
             let b = p.lblk as usize;
             inner

@@ -10,7 +10,7 @@
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::ranges::{Excluded, RangeWords};
+use super::ranges::{self, Excluded, RangeGuard, RangeWords};
 
 const STRIPES: usize = 4096;
 const OPEN_SHARDS: usize = 64;
@@ -78,6 +78,18 @@ impl Stripes {
     /// a reader checks them under the shared lock.
     pub fn ranges(&self, ino: u32) -> &RangeWords {
         &self.locks[Self::index(ino)].ranges
+    }
+
+    /// Takes the range words of bytes `[off, off + len)` of `ino` (an in-place overwrite or
+    /// a map store: no stripe lock).
+    pub fn lock_bytes(&self, ino: u32, off: u64, len: u64) -> RangeGuard<'_> {
+        self.ranges(ino).lock(ranges::mask(off, len))
+    }
+
+    /// Runs `copy` of bytes `[off, off + len)` of `ino` until no in-place writer of them ran
+    /// during it (`RangeWords::read`). The caller holds the stripe lock shared.
+    pub fn read_bytes<R>(&self, ino: u32, off: u64, len: u64, copy: impl FnMut() -> R) -> R {
+        self.ranges(ino).read(ranges::mask(off, len), copy)
     }
 
     pub fn read(&self, ino: u32) -> RwLockReadGuard<'_, ()> {

@@ -308,7 +308,7 @@ impl Inner {
             _ => Self::check_name(name)?,
         }
         let ds = self.dir_at(at)?;
-        let _modify = ds.modify.lock();
+        let modify = ds.modify.lock();
         let g = self.index_read(parent, &ds)?;
         let idx = g.as_ref().expect("index loaded");
         let h = self.name_hash(name);
@@ -363,7 +363,7 @@ impl Inner {
         // Freeing the blocks needs no directory lock: the child is unreachable, and its
         // number is not reused before free_inode returns it. Holding the lock through the
         // freeing's fence would make every other change of this directory wait for it.
-        drop(_modify);
+        drop(modify);
         if free {
             let _child = self.stripes.write(child);
             self.free_inode(child)?;

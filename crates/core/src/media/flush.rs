@@ -17,7 +17,15 @@ pub enum FlushKind {
     Clflush,
     /// No write-back instruction (non-x86): stores are left to the memory system.
     None,
+    /// Write-backs skipped on request (`NVMFS_NO_FLUSH=1`): the CPU caches are taken to be
+    /// inside the persistence domain (eADR), so a store is durable once it is globally
+    /// visible. Fences stay: they still order stores and drain non-temporal ones.
+    Skipped,
 }
+
+/// The environment variable that turns cache-line write-backs off (`1`), as PMDK's
+/// `PMEM_NO_FLUSH` does for libpmem.
+pub const NO_FLUSH_ENV: &str = "NVMFS_NO_FLUSH";
 
 impl FlushKind {
     /// Detects the best instruction available on this CPU.
@@ -40,12 +48,23 @@ impl FlushKind {
         }
     }
 
+    /// What this process uses: [`Skipped`](Self::Skipped) when `NVMFS_NO_FLUSH` is `1`,
+    /// else [`detect`](Self::detect). Any other value keeps the write-backs (the safe side);
+    /// the command line refuses it (`no_flush_requested`).
+    pub fn selected() -> Self {
+        match no_flush_requested() {
+            Ok(true) => FlushKind::Skipped,
+            _ => Self::detect(),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             FlushKind::Clwb => "clwb",
             FlushKind::ClflushOpt => "clflushopt",
             FlushKind::Clflush => "clflush",
             FlushKind::None => "none",
+            FlushKind::Skipped => "none (NVMFS_NO_FLUSH=1: caches taken as persistent)",
         }
     }
 
@@ -69,11 +88,27 @@ impl FlushKind {
                 FlushKind::Clflush => {
                     std::arch::asm!("clflush [{}]", in(reg) p, options(nostack, preserves_flags))
                 }
-                FlushKind::None => {}
+                FlushKind::None | FlushKind::Skipped => {}
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = p;
+    }
+}
+
+/// Whether `NVMFS_NO_FLUSH` asks for no write-backs: unset, empty or `0` no, `1` yes, and
+/// anything else an error naming the variable.
+pub fn no_flush_requested() -> Result<bool, String> {
+    match std::env::var(NO_FLUSH_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Ok(v) if v.is_empty() || v == "0" => Ok(false),
+        Ok(v) if v == "1" => Ok(true),
+        Ok(v) => Err(format!(
+            "{NO_FLUSH_ENV}={v:?}: use 1 (skip cache-line write-backs) or 0"
+        )),
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!(
+            "{NO_FLUSH_ENV}={v:?}: use 1 (skip cache-line write-backs) or 0"
+        )),
     }
 }
 

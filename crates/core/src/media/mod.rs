@@ -11,7 +11,7 @@ pub mod pages;
 mod region;
 pub mod trace;
 
-pub use flush::{FlushKind, CACHE_LINE};
+pub use flush::{no_flush_requested, FlushKind, CACHE_LINE, NO_FLUSH_ENV};
 pub use region::MediaMode;
 
 use std::io;
@@ -83,7 +83,7 @@ impl Pm {
         Pm {
             base: backing.ptr(),
             len,
-            flush: FlushKind::detect(),
+            flush: FlushKind::selected(),
             mode,
             trace: None,
             _backing: backing,

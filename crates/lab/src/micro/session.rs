@@ -7,12 +7,17 @@ use super::{data, meta, MicroConfig, Params, TargetSpec, WorkloadId};
 use crate::targets::api::MicroFs;
 use crate::targets::nvmfs::NvmfsTarget;
 use crate::targets::sys::{ScratchDir, SysFs};
+use nvmfs::media::FlushKind;
 use std::io;
 
 /// Said on every kernel record but the mmap ones: the comparison is against
 /// plain syscalls.
 pub const NO_FSYNC_NOTE: &str =
     "plain system calls without fsync; nvmfs operations are durable on return";
+
+/// Said on nvmfs's records when `NVMFS_NO_FLUSH=1` (docs/GUARANTEES.md §1).
+pub const NO_FLUSH_NOTE: &str = "NVMFS_NO_FLUSH=1: no cache-line write-backs, fences kept \
+    (durable where the CPU caches are persistent: eADR, or a process crash on /dev/shm)";
 
 /// Said on every mmap record, nvmfs's too: here no target is durable per op.
 pub const MMAP_NOTE: &str = "fio mmap semantics: MAP_SHARED mapping of the whole data file \
@@ -193,6 +198,9 @@ impl<'a, F: MicroFs> Session<'a, F> {
             out.notes.push(MMAP_NOTE.to_string());
         } else if self.kind == TargetKind::Kernel {
             out.notes.push(NO_FSYNC_NOTE.to_string());
+        }
+        if self.kind == TargetKind::Nvmfs && FlushKind::selected() == FlushKind::Skipped {
+            out.notes.push(NO_FLUSH_NOTE.to_string());
         }
         let mut r = Record::new(
             w.name(),

@@ -90,7 +90,7 @@ impl Environment {
             memory_bytes: memory_bytes(),
             shm_dir_fs: fs_type_of(shm_dir),
             shm_dir_huge_pages: nvmfs::media::pages::tmpfs_huge_policy(shm_dir),
-            nvmfs_flush: nvmfs::media::FlushKind::detect().name(),
+            nvmfs_flush: nvmfs::media::FlushKind::selected().name(),
             // SAFETY: geteuid has no preconditions.
             root: unsafe { libc::geteuid() } == 0,
             started_unix,
