@@ -99,14 +99,13 @@ impl FlushKind {
 /// Whether `NVMFS_NO_FLUSH` asks for no write-backs: unset, empty or `0` no, `1` yes, and
 /// anything else an error naming the variable.
 pub fn no_flush_requested() -> Result<bool, String> {
-    match std::env::var(NO_FLUSH_ENV) {
-        Err(std::env::VarError::NotPresent) => Ok(false),
-        Ok(v) if v.is_empty() || v == "0" => Ok(false),
-        Ok(v) if v == "1" => Ok(true),
-        Ok(v) => Err(format!(
-            "{NO_FLUSH_ENV}={v:?}: use 1 (skip cache-line write-backs) or 0"
-        )),
-        Err(std::env::VarError::NotUnicode(v)) => Err(format!(
+    let Some(v) = std::env::var_os(NO_FLUSH_ENV) else {
+        return Ok(false);
+    };
+    match v.to_str() {
+        Some("" | "0") => Ok(false),
+        Some("1") => Ok(true),
+        _ => Err(format!(
             "{NO_FLUSH_ENV}={v:?}: use 1 (skip cache-line write-backs) or 0"
         )),
     }
