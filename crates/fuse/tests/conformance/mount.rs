@@ -39,6 +39,18 @@ fn fuse_available(test: &str) -> bool {
     true
 }
 
+/// Held while a test runs a child process and while a test unmounts. Between its fork and
+/// its exec a child holds a copy of every descriptor of this process, other tests' open files
+/// on their own mounts included, and for that moment the kernel refuses to unmount those
+/// mounts (EBUSY: seen once in CI, the remount test beside the privileges test).
+static SPAWN_OR_UNMOUNT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn spawn_or_unmount_lock() -> std::sync::MutexGuard<'static, ()> {
+    SPAWN_OR_UNMOUNT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 struct Mounted {
     mnt: PathBuf,
     session: Option<BackgroundSession>,
@@ -53,7 +65,11 @@ impl Mounted {
 
     /// Unmounts (the kernel's umount, then the session ends) and marks the image clean.
     fn unmount(mut self) {
-        self.session.take().unwrap().umount_and_join().unwrap();
+        let unmounted = {
+            let _no_child_in_fork = spawn_or_unmount_lock();
+            self.session.take().unwrap().umount_and_join()
+        };
+        unmounted.unwrap();
         // After the session ended: ring threads add their request counts when they end.
         check_transport(&self.shutdown);
         self.fs.take().unwrap().unmount().unwrap();
@@ -664,6 +680,7 @@ fn privileges_behave_like_a_kernel_file_system() {
     let m = s.mount("allow_other");
     let as_user = |cmd: &str| {
         use std::os::unix::process::CommandExt;
+        let _no_unmount_meanwhile = spawn_or_unmount_lock();
         let out = std::process::Command::new("/bin/sh")
             .arg("-c")
             .arg(cmd)
