@@ -40,7 +40,7 @@ impl<N> SetState<N> {
         }
     }
 
-    fn picks(&self) -> std::sync::MutexGuard<'_, PickState> {
+    pub(super) fn picks(&self) -> std::sync::MutexGuard<'_, PickState> {
         // A thread that panicked while holding the lock left consistent
         // flags (every update is a single assignment), so keep going.
         self.picks.lock().unwrap_or_else(|e| e.into_inner())

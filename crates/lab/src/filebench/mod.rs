@@ -126,9 +126,9 @@ pub enum Progress<'a> {
     TrialDone(&'a TrialResult),
 }
 
-/// What `run` reports before each trial after the first when it has rewritten the log
-/// fileset.
-pub const LOG_REWRITTEN: &str = "log fileset rewritten to its preallocated size";
+/// What `run` reports before each trial after the first, once it has put the filesets back
+/// the way populating left them.
+pub const FILESETS_RESTORED: &str = "filesets restored to their populated state";
 
 /// Populates the filesets on `target`, then runs the trials.
 pub fn run<T: LabTarget>(
@@ -189,13 +189,16 @@ where
             break;
         }
         if index > 0 {
+            // filebench populates its filesets anew at every run, so every run starts from
+            // the same files. Kept from trial to trial they would drift: each trial ends with
+            // up to one create per thread not yet matched by its delete (fileserver at 1/50
+            // scale ran out of absent files after a dozen trials), and appends grow files
+            // and logs by every trial's writes (gigabytes a trial on nvmfs).
+            restore(target.fs(), &main, interrupted)?;
             if let Some(log) = &log {
-                // filebench makes its filesets anew at every run, so each run's log starts at
-                // its preallocated size; kept from trial to trial it would grow by every
-                // trial's appends (gigabytes a trial on nvmfs) until the file system is full.
-                write_files(target.fs(), &log.fileset, interrupted)?;
-                progress(Progress::Setup(LOG_REWRITTEN));
+                restore(target.fs(), log, interrupted)?;
             }
+            progress(Progress::Setup(FILESETS_RESTORED));
         }
         let remounted = target.remount()?;
         let first = counted == 0 && cfg.trials > 1;
@@ -291,21 +294,63 @@ fn write_files<F: MicroFs>(
     set: &Fileset,
     interrupted: &dyn Fn() -> bool,
 ) -> io::Result<()> {
-    let chunk = vec![0x5Au8; 1 << 20];
+    let chunk = prealloc_chunk();
     for f in set.files.iter().filter(|f| f.prealloc) {
-        if interrupted() {
-            return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+        check_interrupted(interrupted)?;
+        write_file(fs, f, &chunk)?;
+    }
+    Ok(())
+}
+
+/// Puts `set` back as `write_files` left it after a trial changed it: files the trial
+/// created are removed, preallocated files it deleted or resized are written anew at their
+/// size, and every entry is idle and closed again. Untouched files are left as they are.
+fn restore<F: MicroFs>(
+    fs: &F,
+    set: &SetState<F::Name>,
+    interrupted: &dyn Fn() -> bool,
+) -> io::Result<()> {
+    let chunk = prealloc_chunk();
+    let mut picks = set.picks();
+    for (i, f) in set.fileset.files.iter().enumerate() {
+        check_interrupted(interrupted)?;
+        let name = &set.names[i];
+        let exists = picks.exists(i);
+        if !f.prealloc {
+            if exists {
+                fs.unlink(name)
+                    .map_err(|e| io::Error::new(e.kind(), format!("unlink {}: {e}", f.path)))?;
+            }
+        } else if !exists || fs.stat(name)? != f.size_bytes {
+            write_file(fs, f, &chunk)?;
         }
-        let file = fs
-            .create(&fs.name(&f.path))
-            .map_err(|e| io::Error::new(e.kind(), format!("create {}: {e}", f.path)))?;
-        let mut off = 0u64;
-        while off < f.size_bytes {
-            let n = (f.size_bytes - off).min(chunk.len() as u64) as usize;
-            file.write_all_at(&chunk[..n], off)
-                .map_err(|e| io::Error::new(e.kind(), format!("write {}: {e}", f.path)))?;
-            off += n as u64;
-        }
+    }
+    *picks = fileset::PickState::new(&set.fileset);
+    Ok(())
+}
+
+fn prealloc_chunk() -> Vec<u8> {
+    vec![0x5Au8; 1 << 20]
+}
+
+fn check_interrupted(interrupted: &dyn Fn() -> bool) -> io::Result<()> {
+    if interrupted() {
+        return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+    }
+    Ok(())
+}
+
+/// Creates (or truncates) `f` and writes it to its size in `chunk`-sized writes.
+fn write_file<F: MicroFs>(fs: &F, f: &fileset::FileEntry, chunk: &[u8]) -> io::Result<()> {
+    let file = fs
+        .create(&fs.name(&f.path))
+        .map_err(|e| io::Error::new(e.kind(), format!("create {}: {e}", f.path)))?;
+    let mut off = 0u64;
+    while off < f.size_bytes {
+        let n = (f.size_bytes - off).min(chunk.len() as u64) as usize;
+        file.write_all_at(&chunk[..n], off)
+            .map_err(|e| io::Error::new(e.kind(), format!("write {}: {e}", f.path)))?;
+        off += n as u64;
     }
     Ok(())
 }

@@ -169,8 +169,8 @@ fn appends_are_uniform_below_iosize_and_reads_cover_whole_files() {
 }
 
 /// webserver's log is rewritten to its preallocated size before every trial after the first
-/// (filebench makes its filesets anew per run): when `run` says so, the file has that size,
-/// though every trial appended to it.
+/// (filebench makes its filesets anew per run): when `run` says the filesets are restored,
+/// the file has that size, though every trial appended to it.
 #[test]
 fn the_log_starts_every_trial_at_its_preallocated_size() {
     let cfg = tiny(Personality::Webserver);
@@ -187,7 +187,7 @@ fn the_log_starts_every_trial_at_its_preallocated_size() {
     let size = || std::fs::metadata(&path).unwrap().len();
     let mut at_rewrites = Vec::new();
     let r = run(&mut t, &cfg, &|| false, &mut |p| {
-        if matches!(p, Progress::Setup(m) if m == LOG_REWRITTEN) {
+        if matches!(p, Progress::Setup(m) if m == FILESETS_RESTORED) {
             at_rewrites.push(size());
         }
     })
@@ -199,6 +199,70 @@ fn the_log_starts_every_trial_at_its_preallocated_size() {
     assert!(r.trials.iter().all(|t| appended(t) > 0));
     assert_eq!(at_rewrites, [f.size_bytes, f.size_bytes]);
     assert!(size() >= f.size_bytes + appended(r.trials.last().unwrap()));
+}
+
+/// Every regular file under `dir` with its size, by path relative to `dir`.
+fn files_under(dir: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                todo.push(e.path());
+            } else {
+                let rel = e
+                    .path()
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.insert(rel, meta.len());
+            }
+        }
+    }
+    out
+}
+
+/// fileserver creates, deletes and appends; before every trial after the first the files on
+/// disk are again exactly the preallocated ones at their sizes, so no trial inherits the last
+/// one's unmatched creates (which used to use up the absent files) or grown files.
+#[test]
+fn every_trial_starts_from_the_populated_fileset() {
+    let mut cfg = tiny(Personality::Fileserver);
+    cfg.trials = 4;
+    let dir = shm_dir().join(format!("nvmfs-fb-test-{}-restore", unique()));
+    let mut t = DirTarget::new(ScratchDir::create(dir.clone()).unwrap());
+    let set = Fileset::build(&cfg.personality.main_fileset(), cfg.seed).unwrap();
+    let want: std::collections::BTreeMap<String, u64> = set
+        .files
+        .iter()
+        .filter(|f| f.prealloc)
+        .map(|f| (f.path.trim_start_matches('/').to_string(), f.size_bytes))
+        .collect();
+    assert!(want.len() < set.files.len(), "some files start absent");
+    let mut restores = 0;
+    let mut changed_by_trial = 0;
+    let r = run(&mut t, &cfg, &|| false, &mut |p| match p {
+        Progress::Setup(m) if m == FILESETS_RESTORED => {
+            restores += 1;
+            let got = files_under(&dir);
+            let differ: Vec<_> = got
+                .iter()
+                .filter(|(k, v)| want.get(*k) != Some(v))
+                .chain(want.iter().filter(|(k, _)| !got.contains_key(*k)))
+                .take(5)
+                .collect();
+            assert!(differ.is_empty(), "after restore {restores}: {differ:?}");
+        }
+        Progress::TrialDone(_) => changed_by_trial += (files_under(&dir) != want) as usize,
+        _ => {}
+    })
+    .unwrap();
+    assert!(r.stopped_early.is_none(), "{:?}", r.stopped_early);
+    assert_eq!((r.trials.len(), restores), (4, 3));
+    assert!(changed_by_trial > 0, "the trials changed the fileset");
 }
 
 #[test]
