@@ -1105,6 +1105,48 @@ fn mkfs_ssd_makes_a_tiered_image() {
     );
 }
 
+/// `bench micro` says on nvmfs's records, and only there, that they ran without write-backs
+/// when `NVMFS_NO_FLUSH=1`; with 0 no record says it.
+#[test]
+fn bench_micro_notes_no_flush_on_nvmfs_records_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("m.json");
+    let notes_with = |value: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_nvmfs"))
+            .env("NVMFS_NO_FLUSH", value)
+            .args(["bench", "micro", "-t", "nvmfs", "-t"])
+            .arg(format!("dir:{}", dir.path().display()))
+            .args(["-w", "stat", "--seconds", "0.05", "--files", "100"])
+            .args(["--image-size", "64M", "--no-references", "--json"])
+            .arg(&json)
+            .output()
+            .expect("run nvmfs");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let said = |target: &str| {
+            let recs = v.as_array().unwrap();
+            assert!(
+                recs.iter().any(|r| r["target"] == target),
+                "no {target} record"
+            );
+            recs.iter().any(|r| {
+                r["target"] == target
+                    && r["notes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|n| n.as_str().unwrap().starts_with("NVMFS_NO_FLUSH=1"))
+            })
+        };
+        (
+            said("nvmfs"),
+            said(&format!("dir:{}", dir.path().display())),
+        )
+    };
+    assert_eq!(notes_with("1"), (true, false));
+    assert_eq!(notes_with("0"), (false, false));
+}
+
 /// `NVMFS_NO_FLUSH=1` is shown by info and leaves a working image; any other value but 0 or
 /// empty is refused before the command runs.
 #[test]

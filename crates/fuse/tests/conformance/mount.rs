@@ -69,7 +69,11 @@ impl Mounted {
             let _no_child_in_fork = spawn_or_unmount_lock();
             self.session.take().unwrap().umount_and_join()
         };
-        unmounted.unwrap();
+        if let Err(e) = unmounted {
+            // The session is gone, so Drop would not detach: leave no mount behind.
+            detach(&self.mnt);
+            panic!("unmounting {}: {e}", self.mnt.display());
+        }
         // After the session ended: ring threads add their request counts when they end.
         check_transport(&self.shutdown);
         self.fs.take().unwrap().unmount().unwrap();
@@ -80,11 +84,16 @@ impl Drop for Mounted {
     fn drop(&mut self) {
         // A failed test: detach, so the tempdir can go.
         if self.session.is_some() {
-            let c = CString::new(self.mnt.as_os_str().as_bytes()).unwrap();
-            // SAFETY: valid C string.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            detach(&self.mnt);
         }
     }
+}
+
+/// Lazily unmounts `mnt` (MNT_DETACH), ignoring errors: only for a test that has failed.
+fn detach(mnt: &std::path::Path) {
+    let c = CString::new(mnt.as_os_str().as_bytes()).unwrap();
+    // SAFETY: valid C string.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
 }
 
 struct Setup {

@@ -9,12 +9,11 @@
 //! the calls. Its progress is forwarded, its records read back and relabelled `run:nvmfs`.
 
 use super::report::{Record, TargetKind};
-use super::session::{NO_FLUSH_NOTE, NO_FSYNC_NOTE};
+use super::session::{no_flush_note, NO_FSYNC_NOTE};
 use super::{MicroConfig, Params, TargetSpec};
 pub use crate::targets::preload::RUN_PREFIX;
 use crate::targets::preload::{run_args, shell_line, tail_lines, PreloadChild};
 use crate::targets::sys::{annotate, ScratchFile};
-use nvmfs::media::FlushKind;
 use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -123,9 +122,7 @@ pub(crate) fn relabel(records: Vec<Record>, child_label: &str, label: &str) -> V
             r.ratio_to_limit = None;
             r.notes.retain(|n| n != NO_FSYNC_NOTE);
             r.notes.push(RUN_NOTE.to_string());
-            if FlushKind::selected() == FlushKind::Skipped {
-                r.notes.push(NO_FLUSH_NOTE.to_string());
-            }
+            r.notes.extend(no_flush_note().map(str::to_string));
             r
         })
         .collect()

@@ -7,7 +7,6 @@ use super::{data, meta, MicroConfig, Params, TargetSpec, WorkloadId};
 use crate::targets::api::MicroFs;
 use crate::targets::nvmfs::NvmfsTarget;
 use crate::targets::sys::{ScratchDir, SysFs};
-use nvmfs::media::FlushKind;
 use std::io;
 
 /// Said on every kernel record but the mmap ones: the comparison is against
@@ -18,6 +17,12 @@ pub const NO_FSYNC_NOTE: &str =
 /// Said on nvmfs's records when `NVMFS_NO_FLUSH=1` (docs/GUARANTEES.md §1).
 pub const NO_FLUSH_NOTE: &str = "NVMFS_NO_FLUSH=1: no cache-line write-backs, fences kept \
     (durable where the CPU caches are persistent: eADR, or a process crash on /dev/shm)";
+
+/// [`NO_FLUSH_NOTE`] when this process runs nvmfs without write-backs. `no_flush_requested`
+/// reads the variable once per process, so this is cheap per record.
+pub fn no_flush_note() -> Option<&'static str> {
+    matches!(nvmfs::media::no_flush_requested(), Ok(true)).then_some(NO_FLUSH_NOTE)
+}
 
 /// Said on every mmap record, nvmfs's too: here no target is durable per op.
 pub const MMAP_NOTE: &str = "fio mmap semantics: MAP_SHARED mapping of the whole data file \
@@ -199,8 +204,8 @@ impl<'a, F: MicroFs> Session<'a, F> {
         } else if self.kind == TargetKind::Kernel {
             out.notes.push(NO_FSYNC_NOTE.to_string());
         }
-        if self.kind == TargetKind::Nvmfs && FlushKind::selected() == FlushKind::Skipped {
-            out.notes.push(NO_FLUSH_NOTE.to_string());
+        if let Some(note) = no_flush_note().filter(|_| self.kind == TargetKind::Nvmfs) {
+            out.notes.push(note.to_string());
         }
         let mut r = Record::new(
             w.name(),
