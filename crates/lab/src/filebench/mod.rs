@@ -297,7 +297,7 @@ fn write_files<F: MicroFs>(
     let chunk = prealloc_chunk();
     for f in set.files.iter().filter(|f| f.prealloc) {
         check_interrupted(interrupted)?;
-        write_file(fs, f, &chunk)?;
+        write_file(fs, &fs.name(&f.path), f, &chunk)?;
     }
     Ok(())
 }
@@ -322,7 +322,7 @@ fn restore<F: MicroFs>(
                     .map_err(|e| io::Error::new(e.kind(), format!("unlink {}: {e}", f.path)))?;
             }
         } else if !exists || fs.stat(name)? != f.size_bytes {
-            write_file(fs, f, &chunk)?;
+            write_file(fs, name, f, &chunk)?;
         }
     }
     *picks = fileset::PickState::new(&set.fileset);
@@ -340,10 +340,16 @@ fn check_interrupted(interrupted: &dyn Fn() -> bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Creates (or truncates) `f` and writes it to its size in `chunk`-sized writes.
-fn write_file<F: MicroFs>(fs: &F, f: &fileset::FileEntry, chunk: &[u8]) -> io::Result<()> {
+/// Creates (or truncates) `f`, named `name`, and writes it to its size in `chunk`-sized
+/// writes.
+fn write_file<F: MicroFs>(
+    fs: &F,
+    name: &F::Name,
+    f: &fileset::FileEntry,
+    chunk: &[u8],
+) -> io::Result<()> {
     let file = fs
-        .create(&fs.name(&f.path))
+        .create(name)
         .map_err(|e| io::Error::new(e.kind(), format!("create {}: {e}", f.path)))?;
     let mut off = 0u64;
     while off < f.size_bytes {
