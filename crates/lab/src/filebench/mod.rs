@@ -282,8 +282,7 @@ pub fn populate<F: MicroFs>(
     interrupted: &dyn Fn() -> bool,
 ) -> io::Result<()> {
     for d in &set.dirs {
-        fs.mkdir(&fs.name(d))
-            .map_err(|e| io::Error::new(e.kind(), format!("mkdir {d}: {e}")))?;
+        fs.mkdir(&fs.name(d)).map_err(failed("mkdir", d))?;
     }
     write_files(fs, set, interrupted)
 }
@@ -318,15 +317,19 @@ fn restore<F: MicroFs>(
         let exists = picks.exists(i);
         if !f.prealloc {
             if exists {
-                fs.unlink(name)
-                    .map_err(|e| io::Error::new(e.kind(), format!("unlink {}: {e}", f.path)))?;
+                fs.unlink(name).map_err(failed("unlink", &f.path))?;
             }
-        } else if !exists || fs.stat(name)? != f.size_bytes {
+        } else if !exists || fs.stat(name).map_err(failed("stat", &f.path))? != f.size_bytes {
             write_file(fs, name, f, &chunk)?;
         }
     }
     *picks = fileset::PickState::new(&set.fileset);
     Ok(())
+}
+
+/// An error of `op` on `path` that names both, keeping the kind.
+fn failed<'a>(op: &'a str, path: &'a str) -> impl FnOnce(io::Error) -> io::Error + 'a {
+    move |e| io::Error::new(e.kind(), format!("{op} {path}: {e}"))
 }
 
 fn prealloc_chunk() -> Vec<u8> {
@@ -348,14 +351,12 @@ fn write_file<F: MicroFs>(
     f: &fileset::FileEntry,
     chunk: &[u8],
 ) -> io::Result<()> {
-    let file = fs
-        .create(name)
-        .map_err(|e| io::Error::new(e.kind(), format!("create {}: {e}", f.path)))?;
+    let file = fs.create(name).map_err(failed("create", &f.path))?;
     let mut off = 0u64;
     while off < f.size_bytes {
         let n = (f.size_bytes - off).min(chunk.len() as u64) as usize;
         file.write_all_at(&chunk[..n], off)
-            .map_err(|e| io::Error::new(e.kind(), format!("write {}: {e}", f.path)))?;
+            .map_err(failed("write", &f.path))?;
         off += n as u64;
     }
     Ok(())
