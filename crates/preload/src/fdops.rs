@@ -11,11 +11,15 @@ use crate::real;
 use crate::state::{nv, warn_once};
 
 /// Closes `fd`, dropping its nvmfs entry after the kernel closed it (so a last close frees
-/// an unlinked inode). Used by close and by the preload's own wrappers.
+/// an unlinked inode), or after its description became a spare. Used by close and by the
+/// preload's own wrappers.
 pub fn close_fd(fd: c_int) -> c_int {
     let e = fdtable::set(fd, None);
+    let kept = e.as_ref().is_some_and(|e| {
+        crate::state::attached().is_some_and(|st| crate::spares::retire(st, fd, e))
+    });
     // SAFETY: closing the descriptor the program asked for.
-    let r = unsafe { real::close(fd) };
+    let r = if kept { 0 } else { unsafe { real::close(fd) } };
     if let Some(e) = e {
         crate::locks::on_close(e.ino);
         drop(e);
@@ -102,6 +106,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     let r = real::dup(fd);
     if r >= 0 && !guard::active() {
         if let Some(e) = fdtable::get(fd) {
+            e.escape();
             fdtable::set(r, Some(e));
         }
     }
@@ -123,6 +128,9 @@ unsafe fn dup_onto(fd: c_int, to: c_int, call: impl FnOnce() -> c_int) -> c_int 
         return -1;
     }
     let src = fdtable::get(fd);
+    if let Some(e) = &src {
+        e.escape();
+    }
     let r = call();
     if r >= 0 && fd != to {
         let prev = fdtable::set(to, src);
@@ -161,11 +169,18 @@ unsafe fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, call: impl FnOnce() ->
     };
     match cmd {
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            e.escape();
             let r = call();
             if r >= 0 {
                 fdtable::set(r, Some(e));
             }
             r
+        }
+        libc::F_SETFD => {
+            if arg as c_int & libc::FD_CLOEXEC == 0 {
+                e.escape();
+            }
+            call()
         }
         libc::F_GETFL => e.flags() | 0o100000,
         libc::F_SETFL => {
@@ -287,7 +302,11 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
         return real::ioctl(fd, req, arg);
     };
     let r: R<c_int> = match req {
-        libc::FIOCLEX | libc::FIONCLEX => return real::ioctl(fd, req, arg),
+        libc::FIOCLEX => return real::ioctl(fd, req, arg),
+        libc::FIONCLEX => {
+            e.escape();
+            return real::ioctl(fd, req, arg);
+        }
         libc::FIONREAD => {
             if e.kind != Kind::File {
                 Err(libc::ENOTTY)

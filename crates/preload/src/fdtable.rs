@@ -4,7 +4,7 @@
 //! Lookups are lock-free (one atomic load when no nvmfs descriptor exists, two plus an
 //! `ArcSwap` load otherwise), so calls on ordinary descriptors stay cheap.
 
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -49,6 +49,11 @@ pub struct Entry {
     pub vpath: Vec<u8>,
     /// Descriptor of this description's lock file (flock, OFD locks), -1 until used.
     pub lock_fd: AtomicI32,
+    /// Some descriptor of this description may live on where this process cannot see it
+    /// close: it was open without close-on-exec, duplicated, inherited, or present at a
+    /// fork or spawn. Only a description never so is kept for reuse at its last close
+    /// (`spares`).
+    pub escaped: AtomicBool,
 }
 
 impl Entry {
@@ -68,6 +73,9 @@ impl Entry {
     }
     pub fn file(&self) -> &nvmfs::File {
         self.file.as_ref().expect("file present until drop")
+    }
+    pub fn escape(&self) {
+        self.escaped.store(true, Ordering::Release);
     }
 }
 
@@ -153,6 +161,18 @@ pub fn set(fd: i32, e: Option<Arc<Entry>>) -> Option<Arc<Entry>> {
     old
 }
 
+/// Marks every entry escaped (before a fork or a spawn: the child holds their descriptors).
+pub fn escape_all() {
+    if !any() {
+        return;
+    }
+    for fd in 0..HIGH.load(Ordering::Acquire) {
+        if let Some(e) = chunk(fd, false).and_then(|c| c[fd % CHUNK].load_full()) {
+            e.escape();
+        }
+    }
+}
+
 /// Takes every entry in `[lo, hi]` out of the table.
 pub fn take_range(lo: u32, hi: u32) -> Vec<(i32, Arc<Entry>)> {
     let mut out = Vec::new();
@@ -191,8 +211,12 @@ fn identity(fd: i32) -> Option<(u64, u64)> {
 }
 
 pub fn mark_internal(fd: i32) {
+    mark_internal_as(fd, identity(fd).unwrap_or((0, 0)));
+}
+
+/// `mark_internal` for a descriptor whose file's (dev, ino) the caller knows.
+pub fn mark_internal_as(fd: i32, id: (u64, u64)) {
     if fd >= 0 && (fd as usize) < INTERNAL_BITS {
-        let id = identity(fd).unwrap_or((0, 0));
         {
             let mut g = IDENTITY.lock();
             g.retain(|e| e.0 != fd);

@@ -27,6 +27,7 @@ mod names;
 mod open;
 mod real;
 mod resolve;
+mod spares;
 mod state;
 mod stdio;
 

@@ -217,6 +217,7 @@ pub fn flock(e: &Entry, op: c_int) -> R<c_int> {
 
 pub fn fork_lock_all() {
     std::mem::forget(POSIX.lock());
+    crate::spares::fork_lock();
     crate::stdio::fork_lock();
     crate::mmap::fork_lock();
     fdtable::fork_lock();
@@ -225,6 +226,7 @@ pub fn fork_lock_all() {
 pub fn fork_unlock_all() {
     // SAFETY: locked by fork_lock_all in this thread (or in the parent before the copy).
     unsafe { POSIX.force_unlock() };
+    crate::spares::fork_unlock();
     crate::stdio::fork_unlock();
     crate::mmap::fork_unlock();
     fdtable::fork_unlock();

@@ -336,6 +336,10 @@ unsafe fn spawn_common(
     let Some(cfg) = active_cfg() else {
         return call(path, argv, envp);
     };
+    if !fa.is_null() {
+        // File actions may duplicate any descriptor into the child, past its exec.
+        crate::fdtable::escape_all();
+    }
     let env = patched_env(cfg, envp);
     let e2 = env.as_ref().map(|v| ptrs(v));
     let envp = e2.as_ref().map_or(envp, |v| v.as_ptr());

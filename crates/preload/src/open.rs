@@ -197,11 +197,9 @@ pub fn nv_open(wk: &mut Walker<'_>, w: &Walk, flags: c_int, mode: u32) -> R<Out<
     }
     let st = state::state()?;
     let status = flags & STATUS_FLAGS;
-    let (fd, desc) = st
-        .mount
-        .open_description(ino, status, flags & libc::O_CLOEXEC != 0)
-        .en()?;
-    match make_entry(fs, desc, ino, ft, vpath) {
+    let cloexec = flags & libc::O_CLOEXEC != 0;
+    let (fd, desc) = crate::spares::open(st, ino, status, cloexec).en()?;
+    match make_entry(fs, desc, ino, ft, vpath, !cloexec) {
         Ok(e) => {
             fdtable::unmark_internal(fd);
             fdtable::set(fd, Some(e));

@@ -401,6 +401,7 @@ pub fn make_entry(
     ino: u64,
     ft: nvmfs::FileType,
     vpath: Vec<u8>,
+    escaped: bool,
 ) -> R<Arc<Entry>> {
     let flags = desc.status_flags().load(Ordering::Acquire);
     let path = flags & libc::O_PATH != 0;
@@ -422,6 +423,7 @@ pub fn make_entry(
         pos: Mutex::new(()),
         vpath,
         lock_fd: std::sync::atomic::AtomicI32::new(-1),
+        escaped: AtomicBool::new(escaped),
     }))
 }
 
@@ -482,7 +484,7 @@ fn adopt(st: &State, fds: &[i32]) {
             } else {
                 Vec::new()
             };
-            make_entry(fs, desc, ino, m.file_type, vpath)
+            make_entry(fs, desc, ino, m.file_type, vpath, true)
         });
         if let Ok(e) = made {
             fdtable::set(fd, Some(e.clone()));
@@ -498,6 +500,8 @@ extern "C" fn fork_prepare() {
     if let Some(st) = attached() {
         st.mount.prepare_fork();
     }
+    // The child holds every description from here on: none may become a spare.
+    fdtable::escape_all();
     crate::locks::fork_lock_all();
 }
 
@@ -512,6 +516,8 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     let _g = Guard::new();
     crate::locks::fork_unlock_all();
+    // The parent's spares are its own; the child's copies only keep them alive.
+    crate::spares::close_all();
     if let Some(st) = attached() {
         // The child gets a coordination descriptor of its own; the inherited one is closed.
         let before = st.mount.internal_fds();
@@ -540,6 +546,7 @@ pub fn fini() {
         unsafe { real::close(fd) };
         drop(e);
     }
+    crate::spares::close_all();
     crate::cwd::release();
     DETACHED.store(true, Ordering::Release);
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| st.mount.detach()));

@@ -398,24 +398,18 @@ impl SharedMount {
         status_flags: i32,
         cloexec: bool,
     ) -> io::Result<(RawFd, Description)> {
-        let generation = self.op(|fs| fs.getattr(ino))?.generation;
         let map = &self.link.map;
         let cloexec = if cloexec { libc::O_CLOEXEC } else { 0 };
         let fd = sys::open(&map.path, libc::O_RDWR | cloexec, 0)?;
         let done = (|| {
             let slot = take_desc_slot(map, fd)?;
             sys::lseek(fd, DESC_POS + slot as u64, libc::SEEK_SET)?;
-            if !sys::try_lock(fd, libc::F_RDLCK, INO_LOCK + ino)? {
-                return Err(io::Error::other("inode open lock refused"));
-            }
-            map.desc_ino(slot)
-                .store((generation as u64) << 32 | ino, Ordering::Release);
-            map.desc_flags(slot).store(status_flags, Ordering::Release);
-            map.desc_offset(slot).store(0, Ordering::Release);
-            Ok(Description {
+            let desc = Description {
                 map: map.clone(),
                 slot,
-            })
+            };
+            self.fill_description(fd, &desc, ino, status_flags)?;
+            Ok(desc)
         })();
         match done {
             Ok(d) => Ok((fd, d)),
@@ -424,6 +418,50 @@ impl SharedMount {
                 Err(e)
             }
         }
+    }
+
+    /// Empties description `desc` (descriptor `fd`) so that it can stand for another inode
+    /// later ([`SharedMount::fill_description`]): lets go of its inode's open lock and
+    /// clears its slot. The description keeps its slot lock and its position.
+    ///
+    /// Only for a description that nothing else will use as the old file again: no other
+    /// descriptor of it in this process or any other (the caller knows it was never
+    /// duplicated, inherited or passed on). Opening and closing a description of the
+    /// coordination file costs more than all the rest of a small file's open and close.
+    pub fn vacate_description(&self, fd: RawFd, desc: &Description) {
+        sys::unlock(fd, INO_LOCK + desc.ino());
+        self.link
+            .map
+            .desc_ino(desc.slot)
+            .store(0, Ordering::Release);
+    }
+
+    /// Makes description `desc` (descriptor `fd`; new, or vacated) stand for inode `ino`:
+    /// takes the inode's open lock and fills the slot (offset 0, `status_flags`).
+    pub fn fill_description(
+        &self,
+        fd: RawFd,
+        desc: &Description,
+        ino: u64,
+        status_flags: i32,
+    ) -> io::Result<()> {
+        let generation = self.op(|fs| fs.getattr(ino))?.generation;
+        if !sys::try_lock(fd, libc::F_RDLCK, INO_LOCK + ino)? {
+            return Err(io::Error::other("inode open lock refused"));
+        }
+        let map = &self.link.map;
+        map.desc_ino(desc.slot)
+            .store((generation as u64) << 32 | ino, Ordering::Release);
+        map.desc_flags(desc.slot)
+            .store(status_flags, Ordering::Release);
+        map.desc_offset(desc.slot).store(0, Ordering::Release);
+        Ok(())
+    }
+
+    /// The coordination file's device and inode numbers: every description's descriptor
+    /// stands for this file.
+    pub fn coordination_id(&self) -> (u64, u64) {
+        self.link.map.id
     }
 
     /// If `fd` is an open file description of this image (made here, or inherited from the

@@ -16,6 +16,7 @@
 #include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <spawn.h>
 #include <unistd.h>
 
 static int passed, failed;
@@ -391,6 +392,80 @@ static void processes(const char *self) {
     CHECK(out && strcmp(out, "script-ran\n") == 0);
 }
 
+/* Waits for a byte on pipe `sync`, then reads 2 bytes at the description's offset from `fd`:
+ * they must be "cd". For a process that shares a description with one that closes its
+ * copy and opens another file meanwhile. */
+static int wait_read_cd(int fd, int sync) {
+    char b[2], go;
+    if (read(sync, &go, 1) != 1) return 3;
+    return read(fd, b, 2) == 2 && b[0] == 'c' && b[1] == 'd' ? 0 : 1;
+}
+
+/* A description closed with nothing else holding it is kept for the next open (the
+ * preload's spares): that open must start afresh, the old file must be free to go, and a
+ * description another process still holds must never be reused. */
+static void reuse(const char *self) {
+    struct statvfs before, after;
+    CHECK(statvfs(P, &before) == 0);
+    int fd = open(path("big"), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    static char block[65536];
+    for (int i = 0; i < 16; i++) CHECK(write(fd, block, sizeof block) == (ssize_t)sizeof block);
+    CHECK(close(fd) == 0);
+    /* its last link goes: nothing holds it open, so its 256 blocks are free at once (the
+     * directory may keep a block it grew) */
+    CHECK(unlink(path("big")) == 0);
+    CHECK(statvfs(P, &after) == 0 && after.f_bfree + 16 > before.f_bfree);
+    put(path("one"), "0123456789");
+    put(path("two"), "abcdef");
+    fd = open(path("one"), O_RDWR | O_APPEND | O_CLOEXEC);
+    char b[8];
+    CHECK(read(fd, b, 4) == 4 && lseek(fd, 0, SEEK_CUR) == 4);
+    CHECK(close(fd) == 0);
+    int fd2 = open(path("two"), O_RDONLY | O_CLOEXEC);
+    CHECK(fd2 == fd);
+    CHECK((fcntl(fd2, F_GETFL) & (O_ACCMODE | O_APPEND)) == O_RDONLY);
+    CHECK((fcntl(fd2, F_GETFD) & FD_CLOEXEC) != 0);
+    CHECK(lseek(fd2, 0, SEEK_CUR) == 0 && read(fd2, b, 3) == 3 && memcmp(b, "abc", 3) == 0);
+    CHECK(close(fd2) == 0);
+    int fd3 = open(path("one"), O_RDONLY);
+    CHECK((fcntl(fd3, F_GETFD) & FD_CLOEXEC) == 0 && read(fd3, b, 2) == 2 && b[0] == '0');
+    CHECK(close(fd3) == 0);
+    /* a forked child holds the description: the parent's close must not reuse it */
+    put(path("cd"), "cdcd");
+    int sync[2];
+    CHECK(pipe(sync) == 0);
+    fd = open(path("cd"), O_RDONLY | O_CLOEXEC);
+    pid_t pid = fork();
+    if (pid == 0) _exit(wait_read_cd(fd, sync[0]));
+    CHECK(close(fd) == 0);
+    fd2 = open(path("two"), O_RDONLY | O_CLOEXEC);
+    CHECK(read(fd2, b, 3) == 3 && b[0] == 'a');
+    CHECK(write(sync[1], "x", 1) == 1);
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(close(fd2) == 0);
+    /* nor when a duplicate without close-on-exec went to a spawned program */
+    fd = open(path("cd"), O_RDONLY | O_CLOEXEC);
+    int keep = dup(fd);
+    CHECK(keep >= 0 && close(fd) == 0);
+    char a1[16], a2[16];
+    snprintf(a1, sizeof a1, "%d", keep);
+    snprintf(a2, sizeof a2, "%d", sync[0]);
+    char *argv[] = {(char *)self, P, "--child-wait-read", a1, a2, NULL};
+    extern char **environ;
+    CHECK(posix_spawn(&pid, self, NULL, NULL, argv, environ) == 0);
+    CHECK(close(keep) == 0);
+    fd2 = open(path("two"), O_RDONLY | O_CLOEXEC);
+    CHECK(read(fd2, b, 3) == 3 && b[0] == 'a');
+    CHECK(write(sync[1], "x", 1) == 1);
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(close(fd2) == 0);
+    close(sync[0]);
+    close(sync[1]);
+}
+
 static void permissions(void) {
     if (getuid() != 0) return;
     put(path("secret"), "s");
@@ -460,6 +535,7 @@ int main(int argc, char **argv) {
         char b[2];
         return read(fd, b, 2) == 2 && b[0] == 'c' && b[1] == 'd' ? 0 : 1;
     }
+    if (argc >= 5 && !strcmp(argv[2], "--child-wait-read")) return wait_read_cd(atoi(argv[3]), atoi(argv[4]));
     if (argc >= 3 && !strcmp(argv[2], "--child-cwd")) {
         char cwd[PATH_MAX];
         return getcwd(cwd, sizeof cwd) && !strcmp(cwd, path("d")) && get("f") && !strcmp(get("f"), "hello") ? 0 : 1;
@@ -470,6 +546,7 @@ int main(int argc, char **argv) {
     stdio_calls();
     attrs();
     processes(argv[0]);
+    reuse(argv[0]);
     permissions();
     maps();
     printf("checks: %d passed, %d failed\n", passed, failed);

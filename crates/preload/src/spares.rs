@@ -1,0 +1,110 @@
+//! Descriptions kept for reuse.
+//!
+//! Each nvmfs open file description is a descriptor of the coordination file with two
+//! locks on it (`nvmfs::shared`). Making one (an open, two lock calls and a seek) and
+//! closing it again costs more than all the rest of a small file's open and close. So the
+//! last close of a description that nothing outside this process's view can hold keeps it
+//! as a spare: its inode's lock goes and its slot is cleared, and its descriptor moves to
+//! `SPARE_FLOOR` or above (close-on-exec, internal), so the program's number is free as
+//! after a close. The next open takes a spare back, duplicating it onto the lowest free
+//! number as an open would get it.
+//!
+//! Nothing may use a spare as the old file: only a description whose entry never
+//! `escaped` (opened close-on-exec, never duplicated, never present at a fork or spawn)
+//! and whose entry nobody else holds is kept. A fork's child closes its copies of the
+//! spares; exec closes them (close-on-exec).
+
+use std::ffi::c_int;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use nvmfs::shared::Description;
+use parking_lot::Mutex;
+
+use crate::fdtable::{self, Entry};
+use crate::real;
+use crate::state::State;
+
+/// Spares live at or above this number, far from the numbers programs pick themselves
+/// (`dup2(fd, 10)`, a shell's `exec 10>file`).
+const SPARE_FLOOR: c_int = 512;
+/// At most this many spares per process.
+const MAX_SPARES: usize = 16;
+
+static SPARES: Mutex<Vec<(c_int, Description)>> = Mutex::new(Vec::new());
+
+/// Closes `fd`, whose entry `e` is out of the table, by keeping its description as a
+/// spare. False (nothing done) if the description cannot be kept: the caller closes `fd`.
+pub fn retire(st: &State, fd: c_int, e: &Arc<Entry>) -> bool {
+    if e.escaped.load(Ordering::Acquire)
+        || Arc::strong_count(e) != 1
+        || SPARES.lock().len() >= MAX_SPARES
+    {
+        return false;
+    }
+    // SAFETY: duplicating the descriptor we are closing; the real C library's fcntl.
+    let spare = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, SPARE_FLOOR as usize) };
+    if spare < 0 {
+        return false;
+    }
+    st.mount.vacate_description(spare, &e.desc);
+    // SAFETY: the program's descriptor, closed as it asked; the description lives on.
+    unsafe { real::close(fd) };
+    fdtable::mark_internal_as(spare, st.mount.coordination_id());
+    SPARES.lock().push((spare, e.desc.clone()));
+    true
+}
+
+/// Opens a description of inode `ino` (status flags `status`), from a spare if there is
+/// one: the descriptor and the description, as `SharedMount::open_description` gives them.
+pub fn open(
+    st: &State,
+    ino: u64,
+    status: c_int,
+    cloexec: bool,
+) -> io::Result<(c_int, Description)> {
+    let Some((spare, desc)) = SPARES.lock().pop() else {
+        return st.mount.open_description(ino, status, cloexec);
+    };
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    // SAFETY: our spare descriptor, duplicated onto the lowest free number, then closed.
+    let fd = unsafe { real::fcntl(spare, cmd, 0) };
+    let err = io::Error::last_os_error();
+    fdtable::unmark_internal(spare);
+    // SAFETY: as above.
+    unsafe { real::close(spare) };
+    if fd < 0 {
+        return Err(err);
+    }
+    if let Err(e) = st.mount.fill_description(fd, &desc, ino, status) {
+        // SAFETY: the only descriptor of the description, just made.
+        unsafe { real::close(fd) };
+        return Err(e);
+    }
+    Ok((fd, desc))
+}
+
+/// Closes every spare (in a fork's child, whose copies are not its own, and at exit, so
+/// the last process out finds no description left).
+pub fn close_all() {
+    let all = std::mem::take(&mut *SPARES.lock());
+    for (fd, _) in all {
+        fdtable::unmark_internal(fd);
+        // SAFETY: our spare descriptor.
+        unsafe { real::close(fd) };
+    }
+}
+
+pub fn fork_lock() {
+    std::mem::forget(SPARES.lock());
+}
+
+pub fn fork_unlock() {
+    // SAFETY: locked by fork_lock in this thread (or in the parent before the copy).
+    unsafe { SPARES.force_unlock() };
+}
