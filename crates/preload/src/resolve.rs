@@ -192,11 +192,6 @@ pub enum Parent {
     Pass,
 }
 
-enum Loc {
-    Real { raw: Vec<u8>, norm: Vec<Vec<u8>> },
-    Nv { ino: u64, stack: Vec<Vec<u8>> },
-}
-
 pub struct Walker<'a> {
     pub fs: &'a Fs,
     pub cfg: &'a Config,
@@ -205,31 +200,97 @@ pub struct Walker<'a> {
     entered: bool,
 }
 
-fn comps(path: &[u8]) -> Vec<Vec<u8>> {
-    path.split(|&b| b == b'/')
-        .filter(|c| !c.is_empty() && *c != b".")
-        .rev()
-        .map(|c| c.to_vec())
-        .collect()
+/// Where a walk stands. Paths are kept whole ("/a/b"), not as lists of components: a
+/// component costs no allocation.
+enum Loc {
+    /// In the real namespace: the path as walked, and its lexical normal form (to notice
+    /// the prefix).
+    Real { raw: Vec<u8>, norm: Vec<u8> },
+    /// In nvmfs: the node, and its absolute path in the program's namespace ("" = "/").
+    Nv { ino: u64, vpath: Vec<u8> },
 }
 
-fn join(stack: &[Vec<u8>]) -> Vec<u8> {
-    if stack.is_empty() {
-        return b"/".to_vec();
-    }
-    let mut s = Vec::new();
-    for c in stack {
-        s.push(b'/');
-        s.extend_from_slice(c);
-    }
-    s
+/// Appends component `c` to the whole path `p`.
+fn push_comp(p: &mut Vec<u8>, c: &[u8]) {
+    p.push(b'/');
+    p.extend_from_slice(c);
 }
 
-pub fn split_vpath(v: &[u8]) -> Vec<Vec<u8>> {
-    v.split(|&b| b == b'/')
-        .filter(|c| !c.is_empty())
-        .map(|c| c.to_vec())
-        .collect()
+/// Drops the last component of the whole path `p`.
+fn pop_comp(p: &mut Vec<u8>) {
+    let at = p.iter().rposition(|&b| b == b'/').unwrap_or(0);
+    p.truncate(at);
+}
+
+/// A whole path as the program sees it: "/" for the empty path of the real root.
+fn whole(p: Vec<u8>) -> Vec<u8> {
+    if p.is_empty() {
+        b"/".to_vec()
+    } else {
+        p
+    }
+}
+
+/// The components a walk has still to take, the next one last: ranges of the path or of
+/// a symlink target met on the way (so taking a component allocates nothing).
+struct Queue<'p> {
+    path: &'p [u8],
+    targets: Vec<Vec<u8>>,
+    /// (source: 0 the path, i the i-th target; start; end).
+    items: Vec<(usize, usize, usize)>,
+}
+
+impl<'p> Queue<'p> {
+    fn new(path: &'p [u8]) -> Queue<'p> {
+        let mut q = Queue {
+            path,
+            targets: Vec::new(),
+            items: Vec::with_capacity(16),
+        };
+        q.push_source(0);
+        q
+    }
+
+    fn source(&self, src: usize) -> &[u8] {
+        if src == 0 {
+            self.path
+        } else {
+            &self.targets[src - 1]
+        }
+    }
+
+    /// Queues a source's components ("" and "." left out), its first to be taken next.
+    fn push_source(&mut self, src: usize) {
+        let bytes = self.source(src);
+        let mut ranges = Vec::new();
+        let mut start = 0;
+        for end in (0..=bytes.len()).filter(|&i| i == bytes.len() || bytes[i] == b'/') {
+            let c = &bytes[start..end];
+            if !c.is_empty() && c != b"." {
+                ranges.push((src, start, end));
+            }
+            start = end + 1;
+        }
+        self.items.extend(ranges.into_iter().rev());
+    }
+
+    /// Queues a symlink's target, to be walked before the rest.
+    fn push_target(&mut self, target: Vec<u8>) {
+        self.targets.push(target);
+        self.push_source(self.targets.len());
+    }
+
+    fn pop(&mut self) -> Option<(usize, usize, usize)> {
+        self.items.pop()
+    }
+
+    fn bytes(&self, (src, start, end): (usize, usize, usize)) -> &[u8] {
+        &self.source(src)[start..end]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
 }
 
 impl<'a> Walker<'a> {
@@ -261,9 +322,13 @@ impl<'a> Walker<'a> {
                         return Err(libc::ENOENT);
                     }
                 }
+                let mut whole = Vec::with_capacity(vpath.len() + 64);
+                for c in vpath.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+                    push_comp(&mut whole, c);
+                }
                 Ok(Loc::Nv {
                     ino: *ino,
-                    stack: split_vpath(vpath),
+                    vpath: whole,
                 })
             }
         }
@@ -280,32 +345,33 @@ impl<'a> Walker<'a> {
         Ok(())
     }
 
-    /// Processes one component. `follow`: a symlink here is followed (its target's
-    /// components are pushed onto `queue`).
-    fn step(&mut self, loc: &mut Loc, c: Vec<u8>, follow: bool, queue: &mut Vec<Vec<u8>>) -> R<()> {
+    /// Takes the next component of `q`. `follow`: a symlink here is followed (its target's
+    /// components are queued). Returns the type of the node the walk then stands at, when
+    /// this step learnt it.
+    fn step(&mut self, loc: &mut Loc, q: &mut Queue, follow: bool) -> R<Option<FileType>> {
+        let Some(item) = q.pop() else { return Ok(None) };
+        let c = q.bytes(item);
         match loc {
             Loc::Real { raw, norm } => {
-                raw.push(b'/');
-                raw.extend_from_slice(&c);
+                push_comp(raw, c);
                 if c == b".." {
-                    norm.pop();
+                    pop_comp(norm);
                 } else {
-                    norm.push(c);
-                    if *norm == self.cfg.prefix_comps {
+                    push_comp(norm, c);
+                    if *norm == self.cfg.prefix {
                         self.entered = true;
-                        *loc = Loc::Nv {
-                            ino: ROOT,
-                            stack: self.cfg.prefix_comps.clone(),
-                        };
+                        let mut vpath = Vec::with_capacity(self.cfg.prefix.len() + 64);
+                        vpath.extend_from_slice(&self.cfg.prefix);
+                        *loc = Loc::Nv { ino: ROOT, vpath };
                     }
                 }
-                Ok(())
+                Ok(None)
             }
-            Loc::Nv { ino, stack } => {
+            Loc::Nv { ino, vpath } => {
                 if c == b".." {
                     if *ino == ROOT {
-                        let norm =
-                            self.cfg.prefix_comps[..self.cfg.prefix_comps.len() - 1].to_vec();
+                        let mut norm = self.cfg.prefix.clone();
+                        pop_comp(&mut norm);
                         *loc = Loc::Real {
                             raw: if norm.is_empty() {
                                 Vec::new()
@@ -314,16 +380,16 @@ impl<'a> Walker<'a> {
                             },
                             norm,
                         };
-                        return Ok(());
+                        return Ok(None);
                     }
                     self.check_search(*ino)?;
                     let (p, _) = self.fs.lookup_ino(*ino, b"..").en()?;
                     *ino = p;
-                    stack.pop();
-                    return Ok(());
+                    pop_comp(vpath);
+                    return Ok(Some(FileType::Dir));
                 }
                 self.check_search(*ino)?;
-                let (next, ft) = self.fs.lookup_ino(*ino, &c).en()?;
+                let (next, ft) = self.fs.lookup_ino(*ino, c).en()?;
                 if ft == FileType::Symlink && follow {
                     self.links += 1;
                     if self.links > LINK_MAX_FOLLOW {
@@ -336,15 +402,15 @@ impl<'a> Walker<'a> {
                             norm: Vec::new(),
                         };
                     }
-                    queue.extend(comps(&target));
-                    return Ok(());
+                    q.push_target(target);
+                    return Ok(None);
                 }
-                if !queue.is_empty() && ft != FileType::Dir {
+                if !q.is_empty() && ft != FileType::Dir {
                     return Err(libc::ENOTDIR);
                 }
                 *ino = next;
-                stack.push(c);
-                Ok(())
+                push_comp(vpath, c);
+                Ok(Some(ft))
             }
         }
     }
@@ -353,31 +419,33 @@ impl<'a> Walker<'a> {
     pub fn resolve(&mut self, w: &Walk, follow: bool) -> R<Found> {
         let trailing = w.path.ends_with(b"/") || w.path.ends_with(b"/.") || w.path == b".";
         let mut loc = self.start(&w.start)?;
-        let mut queue = comps(&w.path);
-        while let Some(c) = queue.pop() {
-            let last = queue.is_empty();
-            self.step(&mut loc, c, !last || follow || trailing, &mut queue)?;
+        let mut q = Queue::new(&w.path);
+        let mut last_ft = None;
+        while !q.is_empty() {
+            let last = q.items.len() == 1;
+            last_ft = self.step(&mut loc, &mut q, !last || follow || trailing)?;
         }
-        self.finish(loc, trailing)
+        self.finish(loc, trailing, last_ft)
     }
 
-    fn finish(&mut self, loc: Loc, trailing: bool) -> R<Found> {
+    /// `ft`: the node's type if the walk's last step learnt it.
+    fn finish(&mut self, loc: Loc, trailing: bool, ft: Option<FileType>) -> R<Found> {
         match loc {
             Loc::Real { raw, .. } => {
                 if !self.entered {
                     return Ok(Found::Pass);
                 }
-                let mut raw = if raw.is_empty() { b"/".to_vec() } else { raw };
+                let mut raw = whole(raw);
                 if trailing && !raw.ends_with(b"/") {
                     raw.push(b'/');
                 }
                 Ok(Found::Real(crate::state::cstring(raw)))
             }
-            Loc::Nv { ino, stack } => {
-                let ft = if ino == ROOT {
-                    FileType::Dir
-                } else {
-                    self.fs.getattr(ino).en()?.file_type
+            Loc::Nv { ino, vpath } => {
+                let ft = match ft {
+                    _ if ino == ROOT => FileType::Dir,
+                    Some(ft) => ft,
+                    None => self.fs.getattr(ino).en()?.file_type,
                 };
                 if trailing && ft != FileType::Dir {
                     return Err(libc::ENOTDIR);
@@ -385,7 +453,7 @@ impl<'a> Walker<'a> {
                 Ok(Found::Nv {
                     ino,
                     ft,
-                    vpath: join(&stack),
+                    vpath: whole(vpath),
                 })
             }
         }
@@ -414,25 +482,31 @@ impl<'a> Walker<'a> {
             };
         }
         let mut loc = self.start(&w.start)?;
-        let mut queue = comps(dir);
-        while let Some(c) = queue.pop() {
-            self.step(&mut loc, c, true, &mut queue)?;
+        let mut q = Queue::new(dir);
+        let mut ft = None;
+        while !q.is_empty() {
+            ft = self.step(&mut loc, &mut q, true)?;
         }
         if let Loc::Nv { ino, .. } = &loc {
-            if *ino != ROOT && !self.fs.getattr(*ino).en()?.is_dir() {
+            let is_dir = match ft {
+                _ if *ino == ROOT => true,
+                Some(ft) => ft == FileType::Dir,
+                None => self.fs.getattr(*ino).en()?.is_dir(),
+            };
+            if !is_dir {
                 return Err(libc::ENOTDIR);
             }
         }
         match loc {
-            Loc::Nv { ino, stack } => Ok(Parent::Nv {
+            Loc::Nv { ino, vpath } => Ok(Parent::Nv {
                 dir: ino,
                 name: name.to_vec(),
-                dir_vpath: join(&stack),
+                dir_vpath: whole(vpath),
                 trailing_slash,
             }),
             Loc::Real { mut raw, mut norm } => {
-                norm.push(name.to_vec());
-                if norm == self.cfg.prefix_comps {
+                push_comp(&mut norm, name);
+                if norm == self.cfg.prefix {
                     self.entered = true;
                     return Ok(Parent::NvSelf {
                         ino: ROOT,
@@ -494,9 +568,11 @@ pub fn dir_path(fs: &Fs, cfg: &Config, ino: u64) -> Option<Vec<u8>> {
     let mut cur = ino;
     for _ in 0..4096 {
         if cur == ROOT {
-            let mut stack = cfg.prefix_comps.clone();
-            stack.extend(names.into_iter().rev());
-            return Some(join(&stack));
+            let mut path = cfg.prefix.clone();
+            for n in names.iter().rev() {
+                push_comp(&mut path, n);
+            }
+            return Some(whole(path));
         }
         let (parent, _) = fs.lookup_ino(cur, b"..").ok()?;
         let mut found = None;

@@ -22,7 +22,6 @@ pub struct Config {
     pub image: PathBuf,
     /// The prefix, absolute, normalised, without a trailing slash (never "/").
     pub prefix: Vec<u8>,
-    pub prefix_comps: Vec<Vec<u8>>,
     /// Its last component: a path can only reach the prefix by naming it.
     pub base: Vec<u8>,
     /// The prefix's real parent directory ("/" for "/nvmfs").
@@ -141,7 +140,6 @@ fn parse_config() -> Option<Config> {
     Some(Config {
         image,
         prefix,
-        prefix_comps,
         base,
         parent,
         read_only,
