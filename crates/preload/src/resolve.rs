@@ -261,17 +261,21 @@ impl<'p> Queue<'p> {
 
     /// Queues a source's components ("" and "." left out), its first to be taken next.
     fn push_source(&mut self, src: usize) {
-        let bytes = self.source(src);
-        let mut ranges = Vec::new();
+        let first = self.items.len();
+        let len = self.source(src).len();
         let mut start = 0;
-        for end in (0..=bytes.len()).filter(|&i| i == bytes.len() || bytes[i] == b'/') {
+        for end in 0..=len {
+            let bytes = self.source(src);
+            if end < len && bytes[end] != b'/' {
+                continue;
+            }
             let c = &bytes[start..end];
             if !c.is_empty() && c != b"." {
-                ranges.push((src, start, end));
+                self.items.push((src, start, end));
             }
             start = end + 1;
         }
-        self.items.extend(ranges.into_iter().rev());
+        self.items[first..].reverse();
     }
 
     /// Queues a symlink's target, to be walked before the rest.

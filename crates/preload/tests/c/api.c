@@ -161,6 +161,19 @@ static void names(void) {
     struct stat parent;
     CHECK(stat(pp, &parent) == 0 && stat(up, &st) == 0 && st.st_ino == parent.st_ino && st.st_dev == parent.st_dev);
     free(pp);
+    /* odd spellings: doubled slashes, ".", a symlink inside the path, a file as a directory */
+    CHECK(symlink("d", path("dl")) == 0);
+    snprintf(buf, sizeof buf, "%s//d/./f", P);
+    CHECK(stat(buf, &st) == 0 && st.st_size == 5);
+    CHECK(stat(path("dl/f"), &st) == 0 && st.st_size == 5);
+    CHECK(stat(path("dl/../d//f"), &st) == 0 && st.st_size == 5);
+    CHECK(stat(path("d/."), &st) == 0 && S_ISDIR(st.st_mode));
+    CHECK_ERR(stat(path("d/f/"), &st), ENOTDIR);
+    CHECK_ERR(stat(path("d/f/."), &st), ENOTDIR);
+    CHECK_ERR(stat(path("dl/f/g"), &st), ENOTDIR);
+    char rp1[PATH_MAX];
+    CHECK(realpath(path("dl//./f"), rp1) && strcmp(rp1, path("d/f")) == 0);
+    CHECK(unlink(path("dl")) == 0);
     /* dangling symlink: O_CREAT creates its target */
     CHECK(symlink("made", path("dangle")) == 0);
     int fd = open(path("dangle"), O_WRONLY | O_CREAT, 0644);
