@@ -514,6 +514,7 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     let _g = Guard::new();
     crate::locks::fork_unlock_all();
+    fdtable::forget_readers();
     // The parent's spares are its own; the child's copies only keep them alive.
     crate::spares::close_all();
     if let Some(st) = attached() {
