@@ -261,21 +261,25 @@ impl<'p> Queue<'p> {
 
     /// Queues a source's components ("" and "." left out), its first to be taken next.
     fn push_source(&mut self, src: usize) {
-        let first = self.items.len();
-        let len = self.source(src).len();
+        let Queue {
+            path,
+            targets,
+            items,
+        } = self;
+        let bytes = if src == 0 {
+            path
+        } else {
+            &targets[src - 1][..]
+        };
+        let first = items.len();
         let mut start = 0;
-        for end in 0..=len {
-            let bytes = self.source(src);
-            if end < len && bytes[end] != b'/' {
-                continue;
-            }
-            let c = &bytes[start..end];
+        for c in bytes.split(|&b| b == b'/') {
             if !c.is_empty() && c != b"." {
-                self.items.push((src, start, end));
+                items.push((src, start, start + c.len()));
             }
-            start = end + 1;
+            start += c.len() + 1;
         }
-        self.items[first..].reverse();
+        items[first..].reverse();
     }
 
     /// Queues a symlink's target, to be walked before the rest.

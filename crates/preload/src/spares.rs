@@ -74,11 +74,11 @@ pub fn open(
     };
     // SAFETY: our spare descriptor, duplicated onto the lowest free number, then closed.
     let fd = unsafe { real::fcntl(spare, cmd, 0) };
-    let err = io::Error::last_os_error();
+    let err = (fd < 0).then(io::Error::last_os_error);
     fdtable::unmark_internal(spare);
     // SAFETY: as above.
     unsafe { real::close(spare) };
-    if fd < 0 {
+    if let Some(err) = err {
         return Err(err);
     }
     if let Err(e) = st.mount.fill_description(fd, &desc, ino, status) {
