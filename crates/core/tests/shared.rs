@@ -347,6 +347,47 @@ fn unlinked_file_lives_while_another_process_holds_it() {
 }
 
 #[test]
+fn descriptions_in_use_hold_their_inodes_and_closed_ones_do_not() {
+    let img = Image::new("slots");
+    let m = img.attach();
+    // More descriptions than the first window of slots (64): every slot taken must be
+    // searched when an inode loses its last link.
+    let mut held = Vec::new();
+    for i in 0..300 {
+        let p = format!("/f{i}");
+        m.op(|fs| fs.write_file(&p, b"x")).unwrap();
+        let ino = m.op(|fs| fs.resolve(&p, true)).unwrap().0;
+        let (fd, _) = m.open_description(ino, libc::O_RDONLY, true).unwrap();
+        held.push((p, ino, fd));
+    }
+    for (p, ino, _) in &held {
+        m.op(|fs| fs.remove_file(p)).unwrap();
+        assert_eq!(
+            m.op(|fs| fs.getattr(*ino)).unwrap().nlink,
+            0,
+            "{p} freed while held"
+        );
+    }
+    for (_, _, fd) in &held {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(*fd) };
+    }
+    // A description closed where no process saw it still names its inode in its slot; its
+    // lock is gone, so the file goes with its last link.
+    m.op(|fs| fs.write_file("/g", b"y")).unwrap();
+    let ino = m.op(|fs| fs.resolve("/g", true)).unwrap().0;
+    let (fd, _) = m.open_description(ino, libc::O_RDONLY, true).unwrap();
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
+    m.op(|fs| fs.remove_file("/g")).unwrap();
+    let e = m.op(|fs| fs.getattr(ino)).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    m.detach();
+    drop(m);
+    img.check_clean();
+}
+
+#[test]
 fn killed_process_is_recovered_while_others_run() {
     let img = Image::new("kill");
     let m = img.attach();

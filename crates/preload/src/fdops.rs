@@ -75,7 +75,9 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         return -1;
     }
     let r = around_internal(first, last, |a, b| real::close_range(a, b, flags));
-    if r == 0 && flags as c_uint & libc::CLOSE_RANGE_CLOEXEC == 0 {
+    if r == 0 && flags as c_uint & libc::CLOSE_RANGE_CLOEXEC != 0 {
+        fdtable::fd_flags_set_range(first, last);
+    } else if r == 0 {
         for (_, e) in fdtable::take_range(first, last) {
             crate::locks::on_close(e.ino);
             drop(e);
@@ -106,7 +108,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     let r = real::dup(fd);
     if r >= 0 && !guard::active() {
         if let Some(e) = fdtable::get(fd) {
-            e.escape();
+            e.escape_from(fd);
             fdtable::set(r, Some(e));
         }
     }
@@ -129,7 +131,7 @@ unsafe fn dup_onto(fd: c_int, to: c_int, call: impl FnOnce() -> c_int) -> c_int 
     }
     let src = fdtable::get(fd);
     if let Some(e) = &src {
-        e.escape();
+        e.escape_from(fd);
     }
     let r = call();
     if r >= 0 && fd != to {
@@ -169,7 +171,7 @@ unsafe fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, call: impl FnOnce() ->
     };
     match cmd {
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
-            e.escape();
+            e.escape_from(fd);
             let r = call();
             if r >= 0 {
                 fdtable::set(r, Some(e));
@@ -180,7 +182,16 @@ unsafe fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, call: impl FnOnce() ->
             if arg as c_int & libc::FD_CLOEXEC == 0 {
                 e.escape();
             }
+            e.fd_flags_set();
             call()
+        }
+        libc::F_GETFD => {
+            let r = call();
+            if r >= 0 {
+                e.fd_flags(r)
+            } else {
+                r
+            }
         }
         libc::F_GETFL => e.flags() | 0o100000,
         libc::F_SETFL => {
@@ -302,9 +313,13 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
         return real::ioctl(fd, req, arg);
     };
     let r: R<c_int> = match req {
-        libc::FIOCLEX => return real::ioctl(fd, req, arg),
+        libc::FIOCLEX => {
+            e.fd_flags_set();
+            return real::ioctl(fd, req, arg);
+        }
         libc::FIONCLEX => {
             e.escape();
+            e.fd_flags_set();
             return real::ioctl(fd, req, arg);
         }
         libc::FIONREAD => {

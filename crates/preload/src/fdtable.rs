@@ -104,10 +104,17 @@ pub struct Entry {
     /// Descriptor of this description's lock file (flock, OFD locks), -1 until used.
     pub lock_fd: AtomicI32,
     /// Some descriptor of this description may live on where this process cannot see it
-    /// close: it was open without close-on-exec, duplicated, inherited, or present at a
-    /// fork or spawn. Only a description never so is kept for reuse at its last close
-    /// (`spares`).
+    /// close: it was duplicated, inherited, or present at a fork, a spawn or an exec. Only
+    /// a description never so is kept for reuse at its last close (`spares`).
     pub escaped: AtomicBool,
+    /// The program opened it without close-on-exec, but its one descriptor is still
+    /// close-on-exec in the kernel: nothing has yet been able to pass it on. Cleared (and
+    /// the descriptor made what the program asked for) by `escape_from` before a
+    /// duplication, fork, spawn or exec could, or when the program sets close-on-exec.
+    /// So a description opened without O_CLOEXEC can be reused too, and a child that
+    /// bypasses all of these (a raw clone and execve) loses the descriptor rather than
+    /// seeing a reused description stand for another file.
+    pub keep_on_exec: AtomicBool,
 }
 
 impl Entry {
@@ -128,8 +135,36 @@ impl Entry {
     pub fn file(&self) -> &nvmfs::File {
         self.file.as_ref().expect("file present until drop")
     }
+    /// Some descriptor of this description may now outlive this process's view of it.
     pub fn escape(&self) {
         self.escaped.store(true, Ordering::Release);
+    }
+
+    /// As `escape`, for the description's descriptor `fd` about to be passed on (duplicated,
+    /// inherited by a child or kept across exec): makes it keep across exec if the program
+    /// opened it so.
+    pub fn escape_from(&self, fd: i32) {
+        self.escape();
+        if self.keep_on_exec.swap(false, Ordering::AcqRel) {
+            // SAFETY: clearing close-on-exec on the program's own descriptor, as it opened it.
+            unsafe { crate::real::fcntl(fd, libc::F_SETFD, 0) };
+        }
+    }
+
+    /// The program set the descriptor's flags itself (F_SETFD, FIOCLEX, FIONCLEX,
+    /// close_range): the kernel's copy is the truth again.
+    pub fn fd_flags_set(&self) {
+        self.keep_on_exec.store(false, Ordering::Release);
+    }
+
+    /// The descriptor flags to report for the kernel's `flags`: without close-on-exec while
+    /// only the kernel's copy has it.
+    pub fn fd_flags(&self, flags: i32) -> i32 {
+        if self.keep_on_exec.load(Ordering::Acquire) {
+            flags & !libc::FD_CLOEXEC
+        } else {
+            flags
+        }
     }
 }
 
@@ -215,15 +250,76 @@ pub fn set(fd: i32, e: Option<Arc<Entry>>) -> Option<Arc<Entry>> {
     old
 }
 
-/// Marks every entry escaped (before a fork or a spawn: the child holds their descriptors).
-pub fn escape_all() {
+/// Calls `f` with every descriptor in the table and its entry.
+fn for_each(mut f: impl FnMut(i32, &Entry)) {
     if !any() {
         return;
     }
     for fd in 0..HIGH.load(Ordering::Acquire) {
         if let Some(e) = chunk(fd, false).and_then(|c| c[fd % CHUNK].load()) {
-            e.escape();
+            f(fd as i32, &e);
         }
+    }
+}
+
+/// Marks every entry escaped (a fork, or a spawn whose file actions may duplicate any
+/// descriptor: the child holds them).
+pub fn escape_all() {
+    for_each(|fd, e| e.escape_from(fd));
+}
+
+/// Before an exec or a spawn: every descriptor the program opened without close-on-exec
+/// must reach the new program.
+pub fn pass_on_exec() {
+    for_each(|fd, e| {
+        if e.keep_on_exec.load(Ordering::Acquire) {
+            e.escape_from(fd);
+        }
+    });
+}
+
+/// Every descriptor in `[lo, hi]` is close-on-exec now (close_range's CLOSE_RANGE_CLOEXEC).
+pub fn fd_flags_set_range(lo: u32, hi: u32) {
+    for_each(|fd, e| {
+        if (lo..=hi).contains(&(fd as u32)) {
+            e.fd_flags_set();
+        }
+    });
+}
+
+/// Fork hooks run (each fork's begin and end), and forks under way, for `insert_new`.
+static FORK_EVENTS: AtomicU64 = AtomicU64::new(0);
+static FORKING: AtomicU32 = AtomicU32::new(0);
+
+/// Before a fork: from here on, a new entry may be copied into the child without the
+/// fork's `escape_all` (which follows) seeing it.
+pub fn fork_begin() {
+    FORKING.fetch_add(1, Ordering::SeqCst);
+    FORK_EVENTS.fetch_add(1, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// After a fork, in the parent and in the child.
+pub fn fork_end() {
+    FORK_EVENTS.fetch_add(1, Ordering::SeqCst);
+    FORKING.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// In a fork's child: its only thread is this one.
+pub fn fork_end_in_child() {
+    FORK_EVENTS.fetch_add(1, Ordering::SeqCst);
+    FORKING.store(0, Ordering::SeqCst);
+}
+
+/// Stores the entry of a description just opened at `fd`. If a fork ran meanwhile, the
+/// child may hold the descriptor and a copy of the entry that the fork's `escape_all` did
+/// not see: the entry escapes, so the parent never reuses the description under it.
+pub fn insert_new(fd: i32, e: Arc<Entry>) {
+    let before = FORK_EVENTS.load(Ordering::SeqCst);
+    set(fd, Some(e.clone()));
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if FORKING.load(Ordering::SeqCst) != 0 || FORK_EVENTS.load(Ordering::SeqCst) != before {
+        e.escape_from(fd);
     }
 }
 

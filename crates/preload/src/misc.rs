@@ -231,6 +231,7 @@ pub unsafe extern "C" fn execve(
     let Some(cfg) = active_cfg() else {
         return real::execve(path, argv, envp);
     };
+    fdtable::pass_on_exec();
     exec_depth(cfg, path, argv, envp, 0)
 }
 
@@ -252,6 +253,7 @@ pub unsafe extern "C" fn execvpe(
     let Some(cfg) = active_cfg() else {
         return real::execvpe(file, argv, envp);
     };
+    fdtable::pass_on_exec();
     let f = cbytes(file);
     if f.contains(&b'/') {
         return execve(file, argv, envp);
@@ -305,6 +307,7 @@ pub unsafe extern "C" fn fexecve(
     let Some(cfg) = active_cfg() else {
         return real::fexecve(fd, argv, envp);
     };
+    fdtable::pass_on_exec();
     if let Some(e) = fdtable::get(fd) {
         if e.vpath.is_empty() {
             return ret_int(Err(libc::EACCES));
@@ -336,10 +339,7 @@ unsafe fn spawn_common(
     let Some(cfg) = active_cfg() else {
         return call(path, argv, envp);
     };
-    if !fa.is_null() {
-        // File actions may duplicate any descriptor into the child, past its exec.
-        crate::fdtable::escape_all();
-    }
+    spawn_fds(fa);
     let env = patched_env(cfg, envp);
     let e2 = env.as_ref().map(|v| ptrs(v));
     let envp = e2.as_ref().map_or(envp, |v| v.as_ptr());
@@ -355,6 +355,87 @@ unsafe fn spawn_common(
             call(i.path.as_ptr(), a.as_ptr(), envp)
         }
     }
+}
+
+/// Before a child is spawned: the descriptors it inherits.
+fn spawn_fds(fa: *const c_void) {
+    if fa.is_null() {
+        fdtable::pass_on_exec();
+    } else {
+        // File actions may duplicate any descriptor into the child, past its exec.
+        fdtable::escape_all();
+    }
+}
+
+/// pidfd_spawn and pidfd_spawnp: as posix_spawn for the descriptors the child inherits
+/// (the environment is passed as given).
+///
+/// # Safety
+/// C ABI (returns an error number).
+#[no_mangle]
+pub unsafe extern "C" fn pidfd_spawn(
+    pidfd: *mut c_int,
+    path: *const c_char,
+    fa: *const c_void,
+    attr: *const c_void,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    if active_cfg().is_some() {
+        spawn_fds(fa);
+    }
+    real::pidfd_spawn(pidfd, path, fa, attr, argv, envp)
+}
+
+/// # Safety
+/// C ABI (returns an error number).
+#[no_mangle]
+pub unsafe extern "C" fn pidfd_spawnp(
+    pidfd: *mut c_int,
+    file: *const c_char,
+    fa: *const c_void,
+    attr: *const c_void,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    if active_cfg().is_some() {
+        spawn_fds(fa);
+    }
+    real::pidfd_spawnp(pidfd, file, fa, attr, argv, envp)
+}
+
+/// system, popen and wordexp start their children inside the C library, past this
+/// library's posix_spawn: the descriptors opened without close-on-exec are made so in the
+/// kernel first.
+///
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
+    if active_cfg().is_some() {
+        fdtable::pass_on_exec();
+    }
+    real::system(command)
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    if active_cfg().is_some() {
+        fdtable::pass_on_exec();
+    }
+    real::popen(command, mode)
+}
+
+/// # Safety
+/// C ABI.
+#[no_mangle]
+pub unsafe extern "C" fn wordexp(words: *const c_char, we: *mut c_void, flags: c_int) -> c_int {
+    if active_cfg().is_some() {
+        fdtable::pass_on_exec();
+    }
+    real::wordexp(words, we, flags)
 }
 
 /// # Safety

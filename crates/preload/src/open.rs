@@ -9,7 +9,7 @@ use crate::fdtable;
 use crate::guard::{ret_int, IoErrno, R};
 use crate::real;
 use crate::resolve::{Found, Parent, Walk, Walker};
-use crate::state::{self, cbytes, make_entry, warn_once, Config, Creds};
+use crate::state::{self, cbytes, make_entry, warn_once, Config, Creds, Origin};
 
 /// Status flags an open file description keeps (F_GETFL shows them).
 pub const STATUS_FLAGS: c_int = libc::O_ACCMODE
@@ -198,11 +198,11 @@ pub fn nv_open(wk: &mut Walker<'_>, w: &Walk, flags: c_int, mode: u32) -> R<Out<
     let st = state::state()?;
     let status = flags & STATUS_FLAGS;
     let cloexec = flags & libc::O_CLOEXEC != 0;
-    let (fd, desc) = crate::spares::open(st, ino, status, cloexec).en()?;
-    match make_entry(fs, desc, ino, ft, vpath, !cloexec) {
+    let (fd, desc) = crate::spares::open(st, ino, status).en()?;
+    match make_entry(fs, desc, ino, ft, vpath, Origin::Opened { cloexec }) {
         Ok(e) => {
             fdtable::unmark_internal(fd);
-            fdtable::set(fd, Some(e));
+            fdtable::insert_new(fd, e);
             Ok(Out::Done(fd))
         }
         Err(err) => {

@@ -223,6 +223,11 @@ reals! {
     fn posix_spawn(pid: *mut pid_t, path: Path, fa: *const c_void, attr: *const c_void, argv: Argv, envp: Argv) -> c_int;
     fn posix_spawnp(pid: *mut pid_t, path: Path, fa: *const c_void, attr: *const c_void, argv: Argv, envp: Argv) -> c_int;
     fn fork() -> pid_t;
+    fn pidfd_spawn(pidfd: *mut c_int, path: Path, fa: *const c_void, attr: *const c_void, argv: Argv, envp: Argv) -> c_int;
+    fn pidfd_spawnp(pidfd: *mut c_int, path: Path, fa: *const c_void, attr: *const c_void, argv: Argv, envp: Argv) -> c_int;
+    fn system(command: Path) -> c_int;
+    fn popen(command: Path, mode: Path) -> *mut FILE;
+    fn wordexp(words: Path, we: *mut c_void, flags: c_int) -> c_int;
     fn sendfile64(out: c_int, inp: c_int, off: *mut off64_t, n: size_t) -> ssize_t;
     fn copy_file_range(inp: c_int, ioff: *mut off64_t, out: c_int, ooff: *mut off64_t, n: size_t, flags: c_uint) -> ssize_t;
     fn splice(inp: c_int, ioff: *mut off64_t, out: c_int, ooff: *mut off64_t, n: size_t, flags: c_uint) -> ssize_t;

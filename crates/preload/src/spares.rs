@@ -1,17 +1,18 @@
 //! Descriptions kept for reuse.
 //!
-//! Each nvmfs open file description is a descriptor of the coordination file with two
-//! locks on it (`nvmfs::shared`). Making one (an open, two lock calls and a seek) and
-//! closing it again costs more than all the rest of a small file's open and close. So the
-//! last close of a description that nothing outside this process's view can hold keeps it
-//! as a spare: its inode's lock goes and its slot is cleared, and its descriptor moves to
+//! Each nvmfs open file description is a descriptor of the coordination file with a lock
+//! on its slot (`nvmfs::shared`). Making one (an open, a lock call and a seek) and closing
+//! it again costs more than all the rest of a small file's open and close. So the last
+//! close of a description that nothing outside this process's view can hold keeps it as a
+//! spare: its slot is cleared (the inode is no longer held open), and its descriptor moves to
 //! `SPARE_FLOOR` or above (close-on-exec, internal), so the program's number is free as
 //! after a close. The next open takes a spare back, duplicating it onto the lowest free
 //! number as an open would get it.
 //!
 //! Nothing may use a spare as the old file: only a description whose entry never
-//! `escaped` (opened close-on-exec, never duplicated, never present at a fork or spawn)
-//! and whose entry nobody else holds is kept. A fork's child closes its copies of the
+//! `escaped` (never duplicated, never present at a fork, spawn or exec; its descriptor
+//! close-on-exec in the kernel even when the program opened it without O_CLOEXEC, see
+//! `Entry::keep_on_exec`) and whose entry nobody else holds is kept. A fork's child closes its copies of the
 //! spares; exec closes them (close-on-exec).
 
 use std::ffi::c_int;
@@ -48,7 +49,7 @@ pub fn retire(st: &State, fd: c_int, e: &Arc<Entry>) -> bool {
     if spare < 0 {
         return false;
     }
-    st.mount.vacate_description(spare, &e.desc);
+    st.mount.vacate_description(&e.desc);
     // SAFETY: the program's descriptor, closed as it asked; the description lives on.
     unsafe { real::close(fd) };
     fdtable::mark_internal_as(spare, st.mount.coordination_id());
@@ -57,23 +58,14 @@ pub fn retire(st: &State, fd: c_int, e: &Arc<Entry>) -> bool {
 }
 
 /// Opens a description of inode `ino` (status flags `status`), from a spare if there is
-/// one: the descriptor and the description, as `SharedMount::open_description` gives them.
-pub fn open(
-    st: &State,
-    ino: u64,
-    status: c_int,
-    cloexec: bool,
-) -> io::Result<(c_int, Description)> {
+/// one: the descriptor (close-on-exec, whatever the program asked: see
+/// `Entry::keep_on_exec`) and the description, as `SharedMount::open_description` gives them.
+pub fn open(st: &State, ino: u64, status: c_int) -> io::Result<(c_int, Description)> {
     let Some((spare, desc)) = SPARES.lock().pop() else {
-        return st.mount.open_description(ino, status, cloexec);
-    };
-    let cmd = if cloexec {
-        libc::F_DUPFD_CLOEXEC
-    } else {
-        libc::F_DUPFD
+        return st.mount.open_description(ino, status, true);
     };
     // SAFETY: our spare descriptor, duplicated onto the lowest free number, then closed.
-    let fd = unsafe { real::fcntl(spare, cmd, 0) };
+    let fd = unsafe { real::fcntl(spare, libc::F_DUPFD_CLOEXEC, 0) };
     let err = (fd < 0).then(io::Error::last_os_error);
     fdtable::unmark_internal(spare);
     // SAFETY: as above.
@@ -81,7 +73,7 @@ pub fn open(
     if let Some(err) = err {
         return Err(err);
     }
-    if let Err(e) = st.mount.fill_description(fd, &desc, ino, status) {
+    if let Err(e) = st.mount.fill_description(&desc, ino, status) {
         // SAFETY: the only descriptor of the description, just made.
         unsafe { real::close(fd) };
         return Err(e);

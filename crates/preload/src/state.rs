@@ -392,6 +392,15 @@ pub fn warn_once(key: &str, text: &str) {
     unsafe { crate::io::write(2, line.as_ptr() as *const c_void, line.len()) };
 }
 
+/// How a description came to this process.
+#[derive(Clone, Copy)]
+pub enum Origin {
+    /// Opened here, with or without O_CLOEXEC (its descriptor is close-on-exec either way).
+    Opened { cloexec: bool },
+    /// Inherited across exec, or found at start-up.
+    Inherited,
+}
+
 /// Builds an entry for a new or inherited description.
 pub fn make_entry(
     fs: &Fs,
@@ -399,7 +408,7 @@ pub fn make_entry(
     ino: u64,
     ft: nvmfs::FileType,
     vpath: Vec<u8>,
-    escaped: bool,
+    origin: Origin,
 ) -> R<Arc<Entry>> {
     let flags = desc.status_flags().load(Ordering::Acquire);
     let path = flags & libc::O_PATH != 0;
@@ -421,7 +430,8 @@ pub fn make_entry(
         pos: Mutex::new(()),
         vpath,
         lock_fd: std::sync::atomic::AtomicI32::new(-1),
-        escaped: AtomicBool::new(escaped),
+        escaped: AtomicBool::new(matches!(origin, Origin::Inherited)),
+        keep_on_exec: AtomicBool::new(matches!(origin, Origin::Opened { cloexec: false })),
     }))
 }
 
@@ -482,7 +492,7 @@ fn adopt(st: &State, fds: &[i32]) {
             } else {
                 Vec::new()
             };
-            make_entry(fs, desc, ino, m.file_type, vpath, true)
+            make_entry(fs, desc, ino, m.file_type, vpath, Origin::Inherited)
         });
         if let Ok(e) = made {
             fdtable::set(fd, Some(e.clone()));
@@ -499,6 +509,7 @@ extern "C" fn fork_prepare() {
         st.mount.prepare_fork();
     }
     // The child holds every description from here on: none may become a spare.
+    fdtable::fork_begin();
     fdtable::escape_all();
     crate::locks::fork_lock_all();
 }
@@ -506,6 +517,7 @@ extern "C" fn fork_prepare() {
 extern "C" fn fork_parent() {
     let _g = Guard::new();
     crate::locks::fork_unlock_all();
+    fdtable::fork_end();
     if let Some(st) = attached() {
         st.mount.parent_after_fork();
     }
@@ -515,6 +527,9 @@ extern "C" fn fork_child() {
     let _g = Guard::new();
     crate::locks::fork_unlock_all();
     fdtable::forget_readers();
+    fdtable::fork_end_in_child();
+    // An entry the parent made while the fork began was copied here unescaped.
+    fdtable::escape_all();
     // The parent's spares are its own; the child's copies only keep them alive.
     crate::spares::close_all();
     if let Some(st) = attached() {

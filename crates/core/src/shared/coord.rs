@@ -8,8 +8,10 @@
 //! - byte-range locks (open file description locks, far past the mapped bytes), which the
 //!   kernel drops when their description's last descriptor closes, however the process ends:
 //!   `DMS` (every attached process holds it shared; exclusive means "alone"), one per process
-//!   slot (held by the process: alive), one per description slot, and per inode an "open"
-//!   and a "mapped" byte held shared by every description and direct map of that inode.
+//!   slot (held by the process: alive), one per description slot (in use), and per inode a
+//!   "mapped" byte held shared by every direct map of that inode. Whether an inode is open
+//!   somewhere is read from the description slots in use (`CoordMap::desc_high`), so that
+//!   reusing a description for another file takes no lock call.
 
 use std::ffi::CString;
 use std::io;
@@ -20,7 +22,8 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use super::sys;
 
-pub const MAGIC: u64 = u64::from_le_bytes(*b"nvmfsCo1");
+// Version 2: inodes open somewhere are found in the description slots, not by lock.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"nvmfsCo2");
 pub const MAP_LEN: usize = 4 << 20;
 
 // Header words, each on its own cache line where processes contend.
@@ -31,6 +34,7 @@ const H_USED: usize = 192;
 const H_SEQ: usize = 256;
 const H_NEXT_DESC: usize = 320;
 const H_ORPHAN_OVERFLOW: usize = 384;
+const H_DESC_HIGH: usize = 448;
 
 /// Process slots: (epoch u32, pid u32) each.
 pub const PROCS: usize = 4000;
@@ -52,7 +56,6 @@ const _: () = assert!(PROC_OFF + PROCS * 8 <= RING_OFF && DESC_OFF.is_multiple_o
 pub const DMS_LOCK: u64 = 0;
 pub const PROC_LOCK: u64 = 1 << 20;
 pub const DESC_LOCK: u64 = 1 << 24;
-pub const INO_LOCK: u64 = 1 << 32;
 pub const MAP_LOCK: u64 = 1 << 33;
 /// A description's file position encodes its slot (the offset is otherwise unused, and
 /// survives exec with the descriptor).
@@ -108,6 +111,11 @@ impl CoordMap {
     }
     pub fn orphan_overflow(&self) -> &AtomicU64 {
         self.word(H_ORPHAN_OVERFLOW)
+    }
+    /// Description slots are taken below this bound only (it grows when they fill up), so
+    /// every slot in use is below it: how far a search for an open inode looks.
+    pub fn desc_high(&self) -> &AtomicU64 {
+        self.word(H_DESC_HIGH)
     }
     pub fn proc_epoch(&self, slot: usize) -> &AtomicU32 {
         self.word32(PROC_OFF + slot * 8)

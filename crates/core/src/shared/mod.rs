@@ -11,9 +11,10 @@
 //!   in the coordination file. Inode numbers are checked against the media when allocated
 //!   (`Inner::alloc_inode`), and pools are refilled from the table when they run low.
 //! - **Open file descriptions are kernel objects**: each is a descriptor of the coordination
-//!   file holding byte-range locks (its slot, and its inode's "open" byte), so the kernel
-//!   shares it across fork, dup and exec and drops it when its last descriptor closes, even
-//!   when the process is killed. The shared offset and status flags live in its slot.
+//!   file holding a byte-range lock on its slot, so the kernel shares it across fork, dup and
+//!   exec and drops it when its last descriptor closes, even when the process is killed. The
+//!   inode, shared offset and status flags live in its slot; an inode is open somewhere if
+//!   a slot whose lock is held names it.
 //!   Unlinking a file some description still holds leaves an orphan that the last closer,
 //!   the next process to detach, or the next recovery frees.
 //! - **A process killed mid-operation** leaves the gate counted and its owner's lock gone:
@@ -38,7 +39,7 @@ use crate::fs::Peers;
 use crate::layout::BLOCK_SIZE;
 use crate::media::Pm;
 use crate::{Fs, MountOptions};
-use coord::{CoordMap, DESCS, DESC_LOCK, DESC_POS, INO_LOCK, MAP_LOCK, ORPHANS, PROC_LOCK};
+use coord::{CoordMap, DESCS, DESC_LOCK, DESC_POS, MAP_LOCK, ORPHANS, PROC_LOCK};
 
 /// Options of a shared mount.
 #[derive(Clone, Debug, Default)]
@@ -76,7 +77,7 @@ impl Peers for Link {
     }
 
     fn open_anywhere(&self, ino: u32) -> bool {
-        sys::locked_by_other(self.fd(), INO_LOCK + ino as u64, 1)
+        open_in_slots(&self.map, self.fd(), ino) || self.mapped_anywhere(ino)
     }
 
     fn mapped_anywhere(&self, ino: u32) -> bool {
@@ -403,12 +404,15 @@ impl SharedMount {
         let fd = sys::open(&map.path, libc::O_RDWR | cloexec, 0)?;
         let done = (|| {
             let slot = take_desc_slot(map, fd)?;
+            // The slot may still name the inode of a description closed unseen: with our
+            // lock on it, that inode would look open until the slot is filled.
+            map.desc_ino(slot).store(0, Ordering::Release);
             sys::lseek(fd, DESC_POS + slot as u64, libc::SEEK_SET)?;
             let desc = Description {
                 map: map.clone(),
                 slot,
             };
-            self.fill_description(fd, &desc, ino, status_flags)?;
+            self.fill_description(&desc, ino, status_flags)?;
             Ok(desc)
         })();
         match done {
@@ -420,35 +424,30 @@ impl SharedMount {
         }
     }
 
-    /// Empties description `desc` (descriptor `fd`) so that it can stand for another inode
-    /// later ([`SharedMount::fill_description`]): lets go of its inode's open lock and
-    /// clears its slot. The description keeps its slot lock and its position.
+    /// Empties description `desc` so that it can stand for another inode later
+    /// ([`SharedMount::fill_description`]): clears its slot, so that it no longer holds its
+    /// inode open. The description keeps its slot lock and its position.
     ///
     /// Only for a description that nothing else will use as the old file again: no other
     /// descriptor of it in this process or any other (the caller knows it was never
     /// duplicated, inherited or passed on). Opening and closing a description of the
     /// coordination file costs more than all the rest of a small file's open and close.
-    pub fn vacate_description(&self, fd: RawFd, desc: &Description) {
-        sys::unlock(fd, INO_LOCK + desc.ino());
+    pub fn vacate_description(&self, desc: &Description) {
         self.link
             .map
             .desc_ino(desc.slot)
             .store(0, Ordering::Release);
     }
 
-    /// Makes description `desc` (descriptor `fd`; new, or vacated) stand for inode `ino`:
-    /// takes the inode's open lock and fills the slot (offset 0, `status_flags`).
+    /// Makes description `desc` (new, or vacated) stand for inode `ino`: fills its slot
+    /// (inode and generation, offset 0, `status_flags`), which holds the inode open.
     pub fn fill_description(
         &self,
-        fd: RawFd,
         desc: &Description,
         ino: u64,
         status_flags: i32,
     ) -> io::Result<()> {
         let generation = self.op(|fs| fs.getattr(ino))?.generation;
-        if !sys::try_lock(fd, libc::F_RDLCK, INO_LOCK + ino)? {
-            return Err(io::Error::other("inode open lock refused"));
-        }
         let map = &self.link.map;
         map.desc_ino(desc.slot)
             .store((generation as u64) << 32 | ino, Ordering::Release);
@@ -490,10 +489,8 @@ impl SharedMount {
             0,
         )?);
         let g = MapGuard { fd };
-        for at in [INO_LOCK + ino, MAP_LOCK + ino] {
-            if !sys::try_lock(fd, libc::F_RDLCK, at)? {
-                return Err(io::Error::other("inode map lock refused"));
-            }
+        if !sys::try_lock(fd, libc::F_RDLCK, MAP_LOCK + ino)? {
+            return Err(io::Error::other("inode map lock refused"));
         }
         Ok(g)
     }
@@ -635,17 +632,48 @@ fn alive(link: &Link, id: u32) -> bool {
     sys::locked_by_other(link.fd(), PROC_LOCK + slot as u64, 1)
 }
 
+/// Description slots are first taken among this many.
+const DESC_WINDOW_MIN: u64 = 64;
+/// Slots tried at random in the window before it doubles.
+const DESC_TRIES: usize = 8;
+
 /// Takes a free description slot for `fd` (its lock is the claim; the kernel drops it with
-/// the description).
+/// the description). Slots are taken below `desc_high`, which doubles when a few tries in a
+/// row find its slots taken, so that it stays within about twice the descriptions open at
+/// once: `open_in_slots` reads every slot below it.
 fn take_desc_slot(map: &CoordMap, fd: RawFd) -> io::Result<usize> {
-    let start = map.next_desc().fetch_add(1, Ordering::Relaxed) as usize;
-    for i in 0..DESCS {
-        let slot = (start + i) % DESCS;
-        if sys::try_lock(fd, libc::F_WRLCK, DESC_LOCK + slot as u64)? {
-            return Ok(slot);
+    let bound = map.desc_high();
+    bound.fetch_max(DESC_WINDOW_MIN, Ordering::AcqRel);
+    loop {
+        let high = bound.load(Ordering::Acquire).min(DESCS as u64);
+        let tries = if high == DESCS as u64 {
+            DESCS
+        } else {
+            DESC_TRIES
+        };
+        let start = map.next_desc().fetch_add(1, Ordering::Relaxed);
+        for i in 0..tries as u64 {
+            let slot = ((start.wrapping_mul(0x9e37_79b9) + i) % high) as usize;
+            if sys::try_lock(fd, libc::F_WRLCK, DESC_LOCK + slot as u64)? {
+                return Ok(slot);
+            }
         }
+        if high == DESCS as u64 {
+            return Err(io::Error::from_raw_os_error(libc::ENFILE));
+        }
+        let _ = bound.compare_exchange(high, high * 2, Ordering::AcqRel, Ordering::Acquire);
     }
-    Err(io::Error::from_raw_os_error(libc::ENFILE))
+}
+
+/// Whether a description in use, in any process, stands for `ino`: a slot below
+/// `desc_high` that names it and whose lock is held. A slot whose description was closed
+/// where no process saw it still names its last inode; only its lock tells.
+fn open_in_slots(map: &CoordMap, fd: RawFd, ino: u32) -> bool {
+    let high = map.desc_high().load(Ordering::Acquire).min(DESCS as u64) as usize;
+    (0..high).any(|slot| {
+        map.desc_ino(slot).load(Ordering::Acquire) as u32 == ino
+            && sys::locked_by_other(fd, DESC_LOCK + slot as u64, 1)
+    })
 }
 
 /// An open file description of a shared mount: its slot in the coordination file.

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -479,6 +480,83 @@ static void reuse(const char *self) {
     close(sync[1]);
 }
 
+/* A descriptor opened without O_CLOEXEC is close-on-exec in the kernel until something
+ * could pass it on (so its description can be reused at close): the program must still
+ * see it as it opened it, and every way of starting a program must pass it on. */
+static void inherit(const char *self) {
+    char cmd[1200], b[8];
+    int fd = open(path("cd"), O_RDONLY);
+    CHECK(fd >= 0 && fcntl(fd, F_GETFD) == 0);
+    /* a duplicate and its source both keep across exec; system and popen start their
+     * shell inside the C library */
+    int d = dup2(fd, 40);
+    CHECK(d == 40 && fcntl(d, F_GETFD) == 0 && fcntl(fd, F_GETFD) == 0);
+    CHECK(close(d) == 0);
+    snprintf(cmd, sizeof cmd, "'%s' '%s' --child-read %d", self, P, fd);
+    CHECK(system(cmd) == 0);
+    CHECK(close(fd) == 0);
+    fd = open(path("cd"), O_RDONLY);
+    snprintf(cmd, sizeof cmd, "'%s' '%s' --child-read %d", self, P, fd);
+    CHECK(system(cmd) == 0);
+    CHECK(close(fd) == 0);
+    fd = open(path("cd"), O_RDONLY);
+    snprintf(cmd, sizeof cmd, "'%s' '%s' --child-read %d", self, P, fd);
+    FILE *p = popen(cmd, "r");
+    CHECK(p && pclose(p) == 0);
+    CHECK(close(fd) == 0);
+    /* posix_spawn with no file actions; the parent's close and next open meanwhile must
+     * not reuse the description the child holds */
+    int sync[2];
+    CHECK(pipe(sync) == 0);
+    fd = open(path("cd"), O_RDONLY);
+    char a1[16], a2[16];
+    snprintf(a1, sizeof a1, "%d", fd);
+    snprintf(a2, sizeof a2, "%d", sync[0]);
+    char *argv[] = {(char *)self, P, "--child-wait-read", a1, a2, NULL};
+    extern char **environ;
+    pid_t pid;
+    CHECK(posix_spawn(&pid, self, NULL, NULL, argv, environ) == 0);
+    CHECK(close(fd) == 0);
+    int fd2 = open(path("two"), O_RDONLY);
+    CHECK(read(fd2, b, 3) == 3 && b[0] == 'a');
+    CHECK(write(sync[1], "x", 1) == 1);
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(close(fd2) == 0);
+    close(sync[0]);
+    close(sync[1]);
+    /* exec with no fork in between passes it on; one made close-on-exec (F_SETFD, FIOCLEX,
+     * close_range) does not reach the new program */
+    pid = fork();
+    if (pid == 0) {
+        int keep = open(path("cd"), O_RDONLY);
+        int c1 = open(path("cd"), O_RDONLY), c2 = open(path("cd"), O_RDONLY), c3 = open(path("cd"), O_RDONLY);
+        if (fcntl(c1, F_SETFD, FD_CLOEXEC) != 0 || fcntl(c1, F_GETFD) != FD_CLOEXEC) _exit(5);
+        if (ioctl(c2, FIOCLEX) != 0 || fcntl(c2, F_GETFD) != FD_CLOEXEC) _exit(6);
+        if (close_range(c3, c3, CLOSE_RANGE_CLOEXEC) != 0 || fcntl(c3, F_GETFD) != FD_CLOEXEC) _exit(7);
+        char k[16], n1[16], n2[16], n3[16];
+        snprintf(k, sizeof k, "%d", keep);
+        snprintf(n1, sizeof n1, "%d", c1);
+        snprintf(n2, sizeof n2, "%d", c2);
+        snprintf(n3, sizeof n3, "%d", c3);
+        execl(self, self, P, "--child-exec-fds", k, n1, n2, n3, (char *)NULL);
+        _exit(127);
+    }
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* --child-exec-fds: the first descriptor reads "cd", the others are closed. */
+static int child_exec_fds(char **fds, int n) {
+    char b[2];
+    int fd = atoi(fds[0]);
+    if (read(fd, b, 2) != 2 || b[0] != 'c') return 1;
+    for (int i = 1; i < n; i++)
+        if (fcntl(atoi(fds[i]), F_GETFD) != -1 || errno != EBADF) return 10 + i;
+    return 0;
+}
+
 static void permissions(void) {
     if (getuid() != 0) return;
     put(path("secret"), "s");
@@ -548,6 +626,7 @@ int main(int argc, char **argv) {
         char b[2];
         return read(fd, b, 2) == 2 && b[0] == 'c' && b[1] == 'd' ? 0 : 1;
     }
+    if (argc >= 4 && !strcmp(argv[2], "--child-exec-fds")) return child_exec_fds(argv + 3, argc - 3);
     if (argc >= 5 && !strcmp(argv[2], "--child-wait-read")) return wait_read_cd(atoi(argv[3]), atoi(argv[4]));
     if (argc >= 3 && !strcmp(argv[2], "--child-cwd")) {
         char cwd[PATH_MAX];
@@ -560,6 +639,7 @@ int main(int argc, char **argv) {
     attrs();
     processes(argv[0]);
     reuse(argv[0]);
+    inherit(argv[0]);
     permissions();
     maps();
     printf("checks: %d passed, %d failed\n", passed, failed);
