@@ -348,8 +348,10 @@ static INTERNAL_ANY: AtomicUsize = AtomicUsize::new(0);
 
 /// (dev, ino) of the file behind each internal descriptor when it was marked: a mark whose
 /// descriptor was closed behind our back (the core closes some of its descriptors with raw
-/// system calls) and reused for something else is recognised and dropped.
-static IDENTITY: Mutex<Vec<(i32, u64, u64)>> = Mutex::new(Vec::new());
+/// system calls) and reused for something else is recognised and dropped. Indexed by
+/// descriptor and never locked: spares are marked and unmarked at every close and open.
+static IDENTITY: [[AtomicU64; 2]; INTERNAL_BITS] =
+    [const { [const { AtomicU64::new(0) }; 2] }; INTERNAL_BITS];
 
 fn identity(fd: i32) -> Option<(u64, u64)> {
     // SAFETY: fstat into a local buffer, straight to the kernel.
@@ -367,11 +369,9 @@ pub fn mark_internal(fd: i32) {
 /// `mark_internal` for a descriptor whose file's (dev, ino) the caller knows.
 pub fn mark_internal_as(fd: i32, id: (u64, u64)) {
     if fd >= 0 && (fd as usize) < INTERNAL_BITS {
-        {
-            let mut g = IDENTITY.lock();
-            g.retain(|e| e.0 != fd);
-            g.push((fd, id.0, id.1));
-        }
+        let ident = &IDENTITY[fd as usize];
+        ident[0].store(id.0, Ordering::Relaxed);
+        ident[1].store(id.1, Ordering::Relaxed);
         let prev = INTERNAL[fd as usize / 64].fetch_or(1 << (fd % 64), Ordering::AcqRel);
         if prev & (1 << (fd % 64)) == 0 {
             INTERNAL_ANY.fetch_add(1, Ordering::AcqRel);
@@ -385,12 +385,12 @@ pub fn still_internal(fd: i32) -> bool {
     if !is_internal(fd) {
         return false;
     }
-    let want = IDENTITY
-        .lock()
-        .iter()
-        .find(|e| e.0 == fd)
-        .map(|e| (e.1, e.2));
-    if want.is_some() && identity(fd) == want {
+    let ident = &IDENTITY[fd as usize];
+    let want = (
+        ident[0].load(Ordering::Acquire),
+        ident[1].load(Ordering::Acquire),
+    );
+    if identity(fd) == Some(want) {
         return true;
     }
     unmark_internal(fd);
@@ -399,7 +399,6 @@ pub fn still_internal(fd: i32) -> bool {
 
 pub fn unmark_internal(fd: i32) {
     if fd >= 0 && (fd as usize) < INTERNAL_BITS {
-        IDENTITY.lock().retain(|e| e.0 != fd);
         let prev = INTERNAL[fd as usize / 64].fetch_and(!(1 << (fd % 64)), Ordering::AcqRel);
         if prev & (1 << (fd % 64)) != 0 {
             INTERNAL_ANY.fetch_sub(1, Ordering::AcqRel);
@@ -427,10 +426,6 @@ pub fn internal_in(lo: u32, hi: u32) -> Vec<i32> {
         .collect()
 }
 
-pub fn fork_lock() {
-    std::mem::forget(IDENTITY.lock());
-}
-
 /// In a fork's child: lookups that other threads had in flight never finish there, so their
 /// counts go (or the next change of that slot would wait for ever).
 pub fn forget_readers() {
@@ -441,9 +436,4 @@ pub fn forget_readers() {
             }
         }
     }
-}
-
-pub fn fork_unlock() {
-    // SAFETY: locked by fork_lock.
-    unsafe { IDENTITY.force_unlock() };
 }

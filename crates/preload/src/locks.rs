@@ -220,7 +220,6 @@ pub fn fork_lock_all() {
     crate::spares::fork_lock();
     crate::stdio::fork_lock();
     crate::mmap::fork_lock();
-    fdtable::fork_lock();
 }
 
 pub fn fork_unlock_all() {
@@ -229,5 +228,4 @@ pub fn fork_unlock_all() {
     crate::spares::fork_unlock();
     crate::stdio::fork_unlock();
     crate::mmap::fork_unlock();
-    fdtable::fork_unlock();
 }

@@ -146,6 +146,8 @@ pub fn nv_open(wk: &mut Walker<'_>, w: &Walk, flags: c_int, mode: u32) -> R<Out<
         );
         return Err(libc::EOPNOTSUPP);
     }
+    // The inode's generation, for its description: read once here, with its attributes.
+    let mut generation = None;
     if !created {
         if ft == FileType::Symlink && !opath {
             return Err(libc::ELOOP);
@@ -171,6 +173,7 @@ pub fn nv_open(wk: &mut Walker<'_>, w: &Walk, flags: c_int, mode: u32) -> R<Out<
                 _ => {}
             }
             let m = fs.getattr(ino).en()?;
+            generation = Some(m.generation);
             let want = (if wants_read { 4 } else { 0 })
                 | (if wants_write || flags & libc::O_TRUNC != 0 {
                     2
@@ -195,10 +198,14 @@ pub fn nv_open(wk: &mut Walker<'_>, w: &Walk, flags: c_int, mode: u32) -> R<Out<
             }
         }
     }
+    let generation = match generation {
+        Some(g) => g,
+        None => fs.getattr(ino).en()?.generation,
+    };
     let st = state::state()?;
     let status = flags & STATUS_FLAGS;
     let cloexec = flags & libc::O_CLOEXEC != 0;
-    let (fd, desc) = crate::spares::open(st, ino, status).en()?;
+    let (fd, desc) = crate::spares::open(st, ino, generation, status).en()?;
     match make_entry(fs, desc, ino, ft, vpath, Origin::Opened { cloexec }) {
         Ok(e) => {
             fdtable::unmark_internal(fd);

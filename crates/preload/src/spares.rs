@@ -57,10 +57,15 @@ pub fn retire(st: &State, fd: c_int, e: &Arc<Entry>) -> bool {
     true
 }
 
-/// Opens a description of inode `ino` (status flags `status`), from a spare if there is
-/// one: the descriptor (close-on-exec, whatever the program asked: see
+/// Opens a description of inode `ino` (whose generation is `generation`; status flags
+/// `status`), from a spare if there is one: the descriptor (close-on-exec, whatever the program asked: see
 /// `Entry::keep_on_exec`) and the description, as `SharedMount::open_description` gives them.
-pub fn open(st: &State, ino: u64, status: c_int) -> io::Result<(c_int, Description)> {
+pub fn open(
+    st: &State,
+    ino: u64,
+    generation: u32,
+    status: c_int,
+) -> io::Result<(c_int, Description)> {
     let Some((spare, desc)) = SPARES.lock().pop() else {
         return st.mount.open_description(ino, status, true);
     };
@@ -73,11 +78,7 @@ pub fn open(st: &State, ino: u64, status: c_int) -> io::Result<(c_int, Descripti
     if let Some(err) = err {
         return Err(err);
     }
-    if let Err(e) = st.mount.fill_description(&desc, ino, status) {
-        // SAFETY: the only descriptor of the description, just made.
-        unsafe { real::close(fd) };
-        return Err(e);
-    }
+    st.mount.fill_description(&desc, ino, generation, status);
     Ok((fd, desc))
 }
 

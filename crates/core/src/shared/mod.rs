@@ -412,7 +412,8 @@ impl SharedMount {
                 map: map.clone(),
                 slot,
             };
-            self.fill_description(&desc, ino, status_flags)?;
+            let generation = self.op(|fs| fs.getattr(ino))?.generation;
+            self.fill_description(&desc, ino, generation, status_flags);
             Ok(desc)
         })();
         match done {
@@ -439,22 +440,22 @@ impl SharedMount {
             .store(0, Ordering::Release);
     }
 
-    /// Makes description `desc` (new, or vacated) stand for inode `ino`: fills its slot
-    /// (inode and generation, offset 0, `status_flags`), which holds the inode open.
+    /// Makes description `desc` (new, or vacated) stand for inode `ino`, whose generation
+    /// the caller has just read (in an operation): fills its slot (inode and generation,
+    /// offset 0, `status_flags`), which holds the inode open.
     pub fn fill_description(
         &self,
         desc: &Description,
         ino: u64,
+        generation: u32,
         status_flags: i32,
-    ) -> io::Result<()> {
-        let generation = self.op(|fs| fs.getattr(ino))?.generation;
+    ) {
         let map = &self.link.map;
         map.desc_ino(desc.slot)
             .store((generation as u64) << 32 | ino, Ordering::Release);
         map.desc_flags(desc.slot)
             .store(status_flags, Ordering::Release);
         map.desc_offset(desc.slot).store(0, Ordering::Release);
-        Ok(())
     }
 
     /// The coordination file's device and inode numbers: every description's descriptor
