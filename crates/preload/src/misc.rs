@@ -357,8 +357,11 @@ unsafe fn spawn_common(
     }
 }
 
-/// Before a child is spawned: the descriptors it inherits.
+/// Before a child is spawned (with file actions `fa`, or none): the descriptors it inherits.
 fn spawn_fds(fa: *const c_void) {
+    if active_cfg().is_none() {
+        return;
+    }
     if fa.is_null() {
         fdtable::pass_on_exec();
     } else {
@@ -381,9 +384,7 @@ pub unsafe extern "C" fn pidfd_spawn(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    if active_cfg().is_some() {
-        spawn_fds(fa);
-    }
+    spawn_fds(fa);
     real::pidfd_spawn(pidfd, path, fa, attr, argv, envp)
 }
 
@@ -398,23 +399,18 @@ pub unsafe extern "C" fn pidfd_spawnp(
     argv: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
-    if active_cfg().is_some() {
-        spawn_fds(fa);
-    }
+    spawn_fds(fa);
     real::pidfd_spawnp(pidfd, file, fa, attr, argv, envp)
 }
 
 /// system, popen and wordexp start their children inside the C library, past this
-/// library's posix_spawn: the descriptors opened without close-on-exec are made so in the
-/// kernel first.
+/// library's posix_spawn: the descriptors opened without close-on-exec are passed on first.
 ///
 /// # Safety
 /// C ABI.
 #[no_mangle]
 pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
-    if active_cfg().is_some() {
-        fdtable::pass_on_exec();
-    }
+    spawn_fds(std::ptr::null());
     real::system(command)
 }
 
@@ -422,9 +418,7 @@ pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
 /// C ABI.
 #[no_mangle]
 pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    if active_cfg().is_some() {
-        fdtable::pass_on_exec();
-    }
+    spawn_fds(std::ptr::null());
     real::popen(command, mode)
 }
 
@@ -432,9 +426,7 @@ pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *
 /// C ABI.
 #[no_mangle]
 pub unsafe extern "C" fn wordexp(words: *const c_char, we: *mut c_void, flags: c_int) -> c_int {
-    if active_cfg().is_some() {
-        fdtable::pass_on_exec();
-    }
+    spawn_fds(std::ptr::null());
     real::wordexp(words, we, flags)
 }
 

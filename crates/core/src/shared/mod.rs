@@ -654,7 +654,7 @@ fn take_desc_slot(map: &CoordMap, fd: RawFd) -> io::Result<usize> {
         };
         let start = map.next_desc().fetch_add(1, Ordering::Relaxed);
         for i in 0..tries as u64 {
-            let slot = ((start.wrapping_mul(0x9e37_79b9) + i) % high) as usize;
+            let slot = (start.wrapping_mul(0x9e37_79b9).wrapping_add(i) % high) as usize;
             if sys::try_lock(fd, libc::F_WRLCK, DESC_LOCK + slot as u64)? {
                 return Ok(slot);
             }

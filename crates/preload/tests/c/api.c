@@ -415,6 +415,30 @@ static int wait_read_cd(int fd, int sync) {
     return read(fd, b, 2) == 2 && b[0] == 'c' && b[1] == 'd' ? 0 : 1;
 }
 
+/* Starts this program with posix_spawn to read "cd" from `fd` once told; meanwhile closes
+ * `fd` and opens and reads another file (open flags `oflags`), which must not take the
+ * description the child holds. */
+static void spawn_reader_then_reopen(const char *self, int fd, int oflags) {
+    int sync[2], status;
+    CHECK(pipe(sync) == 0);
+    char a1[16], a2[16], b[4];
+    snprintf(a1, sizeof a1, "%d", fd);
+    snprintf(a2, sizeof a2, "%d", sync[0]);
+    char *argv[] = {(char *)self, P, "--child-wait-read", a1, a2, NULL};
+    extern char **environ;
+    pid_t pid;
+    CHECK(posix_spawn(&pid, self, NULL, NULL, argv, environ) == 0);
+    CHECK(close(fd) == 0);
+    int fd2 = open(path("two"), oflags);
+    CHECK(read(fd2, b, 3) == 3 && b[0] == 'a');
+    CHECK(write(sync[1], "x", 1) == 1);
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(close(fd2) == 0);
+    close(sync[0]);
+    close(sync[1]);
+}
+
 /* A description closed with nothing else holding it is kept for the next open (the
  * preload's spares): that open must start afresh, the old file must be free to go, and a
  * description another process still holds must never be reused. */
@@ -459,32 +483,20 @@ static void reuse(const char *self) {
     waitpid(pid, &status, 0);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     CHECK(close(fd2) == 0);
+    close(sync[0]);
+    close(sync[1]);
     /* nor when a duplicate without close-on-exec went to a spawned program */
     fd = open(path("cd"), O_RDONLY | O_CLOEXEC);
     int keep = dup(fd);
     CHECK(keep >= 0 && close(fd) == 0);
-    char a1[16], a2[16];
-    snprintf(a1, sizeof a1, "%d", keep);
-    snprintf(a2, sizeof a2, "%d", sync[0]);
-    char *argv[] = {(char *)self, P, "--child-wait-read", a1, a2, NULL};
-    extern char **environ;
-    CHECK(posix_spawn(&pid, self, NULL, NULL, argv, environ) == 0);
-    CHECK(close(keep) == 0);
-    fd2 = open(path("two"), O_RDONLY | O_CLOEXEC);
-    CHECK(read(fd2, b, 3) == 3 && b[0] == 'a');
-    CHECK(write(sync[1], "x", 1) == 1);
-    waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    CHECK(close(fd2) == 0);
-    close(sync[0]);
-    close(sync[1]);
+    spawn_reader_then_reopen(self, keep, O_RDONLY | O_CLOEXEC);
 }
 
 /* A descriptor opened without O_CLOEXEC is close-on-exec in the kernel until something
  * could pass it on (so its description can be reused at close): the program must still
  * see it as it opened it, and every way of starting a program must pass it on. */
 static void inherit(const char *self) {
-    char cmd[1200], b[8];
+    char cmd[1200];
     int fd = open(path("cd"), O_RDONLY);
     CHECK(fd >= 0 && fcntl(fd, F_GETFD) == 0);
     /* a duplicate and its source both keep across exec; system and popen start their
@@ -506,29 +518,11 @@ static void inherit(const char *self) {
     CHECK(close(fd) == 0);
     /* posix_spawn with no file actions; the parent's close and next open meanwhile must
      * not reuse the description the child holds */
-    int sync[2];
-    CHECK(pipe(sync) == 0);
-    fd = open(path("cd"), O_RDONLY);
-    char a1[16], a2[16];
-    snprintf(a1, sizeof a1, "%d", fd);
-    snprintf(a2, sizeof a2, "%d", sync[0]);
-    char *argv[] = {(char *)self, P, "--child-wait-read", a1, a2, NULL};
-    extern char **environ;
-    pid_t pid;
-    CHECK(posix_spawn(&pid, self, NULL, NULL, argv, environ) == 0);
-    CHECK(close(fd) == 0);
-    int fd2 = open(path("two"), O_RDONLY);
-    CHECK(read(fd2, b, 3) == 3 && b[0] == 'a');
-    CHECK(write(sync[1], "x", 1) == 1);
-    int status;
-    waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    CHECK(close(fd2) == 0);
-    close(sync[0]);
-    close(sync[1]);
+    spawn_reader_then_reopen(self, open(path("cd"), O_RDONLY), O_RDONLY);
     /* exec with no fork in between passes it on; one made close-on-exec (F_SETFD, FIOCLEX,
      * close_range) does not reach the new program */
-    pid = fork();
+    int status;
+    pid_t pid = fork();
     if (pid == 0) {
         int keep = open(path("cd"), O_RDONLY);
         int c1 = open(path("cd"), O_RDONLY), c2 = open(path("cd"), O_RDONLY), c3 = open(path("cd"), O_RDONLY);
