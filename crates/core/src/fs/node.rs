@@ -21,7 +21,7 @@ use super::lookups;
 use super::{errno, Inner};
 use crate::hook::{self, Point};
 use crate::layout::dentry;
-use crate::layout::inode::{FileType, Inode, O_GENERATION};
+use crate::layout::inode::{FileType, Inode, INODE_SIZE, O_GENERATION};
 
 /// How many times a path is resolved again after the inode it named changed under it before
 /// giving up with ENOENT (each retry needs another unlink and create to land in a window of
@@ -127,6 +127,9 @@ impl Inner {
             _ if name.len() > dentry::NAME_MAX => return Err(errno(libc::ENAMETOOLONG)),
             _ => {}
         }
+        // Both paths below check the parent's inode words after a lookup that likely misses
+        // the cache itself (the answer, or the index): the two misses overlap.
+        self.pm.prefetch(self.geo.inode_off(parent.ino as u64));
         let hash = self.name_hash(name);
         if let Some(t) = self.cached_dir(parent, name, hash) {
             return Ok((t, FileType::Dir));
@@ -215,7 +218,10 @@ impl Inner {
     #[inline]
     fn generation_of(&self, ino: u32) -> u32 {
         const _: () = assert!(O_GENERATION.is_multiple_of(8));
-        self.pm
-            .load_u64(self.geo.inode_off(ino as u64) + O_GENERATION as u64) as u32
+        let off = self.geo.inode_off(ino as u64);
+        // The caller reads the whole record next (stat, open): both of its cache lines miss
+        // together rather than one after the other.
+        self.pm.prefetch(off + INODE_SIZE - 64);
+        self.pm.load_u64(off + O_GENERATION as u64) as u32
     }
 }

@@ -252,14 +252,8 @@ impl Inner {
             }
         }
         let ft = new.file_type().expect("valid type");
-        self.stage_insert(
-            &mut tx,
-            idx,
-            parent,
-            &ins,
-            &Header::new(ino, name.len(), ft),
-            name,
-        );
+        let header = Header::new(ino, name.len(), ft);
+        self.stage_insert(&mut tx, idx, parent, &ins, &header, name);
         self.write_inode(&mut tx, ino, &new);
         let p = st.get(parent);
         p.mtime_ns = new.ctime_ns;
@@ -277,7 +271,7 @@ impl Inner {
         drop(g);
         let mut g = self.index_write(parent, &ds)?;
         let idx = g.as_mut().expect("index loaded");
-        idx.apply_insert(&ins.plan, h, ins.claim.map(|c| c.pblk));
+        idx.apply_insert(&ins.plan, h, &header, name, ins.claim.map(|c| c.pblk));
         if open {
             self.open.acquire(ino);
         }
@@ -639,14 +633,8 @@ impl Fs {
         let now = now_ns();
         let ft = st.get(ino).file_type().expect("valid");
         let mut tx = inner.tx();
-        inner.stage_insert(
-            &mut tx,
-            idx,
-            parent,
-            &ins,
-            &Header::new(ino, newname.len(), ft),
-            newname,
-        );
+        let header = Header::new(ino, newname.len(), ft);
+        inner.stage_insert(&mut tx, idx, parent, &ins, &header, newname);
         let i = st.get(ino);
         i.nlink = i.nlink.saturating_add(1);
         i.ctime_ns = now;
@@ -665,7 +653,7 @@ impl Fs {
             .index_write(parent, &ds)?
             .as_mut()
             .expect("index loaded")
-            .apply_insert(&ins.plan, h, ins.claim.map(|c| c.pblk));
+            .apply_insert(&ins.plan, h, &header, newname, ins.claim.map(|c| c.pblk));
         Ok(Metadata::from_inode(ino, st.get(ino)))
     }
 

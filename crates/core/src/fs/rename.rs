@@ -208,15 +208,19 @@ impl Rename<'_> {
         let s_off = self.sidx.unit_off(geo, src.unit);
         let src_h = src.header;
         let mut last_link = None;
+        // The source's header under its new name (the destination's entry, new or replaced).
+        let moved = Header::new(src_h.ino, dname.len(), src_h.ftype);
+        // An exchange's destination inode under the source's name.
+        let slen = self.sname.len();
+        let exchanged = |d: &Found| Header::new(d.header.ino, slen, d.header.ftype);
         match &dest {
             Dest::New => {
                 let ins = ins.as_ref().expect("planned");
-                let h = Header::new(src_h.ino, dname.len(), src_h.ftype);
                 let didx: &DirIndex = match self.didx.as_deref() {
                     Some(d) => d,
                     None => self.sidx,
                 };
-                inner.stage_insert(&mut tx, didx, dp, ins, &h, dname);
+                inner.stage_insert(&mut tx, didx, dp, ins, &moved, dname);
                 tx.write_u64(s_off, 0);
                 dec(&mut st.get(sp).dir_entries);
                 let d = st.get(dp);
@@ -226,8 +230,7 @@ impl Rename<'_> {
             }
             Dest::Replace(d) => {
                 let d_off = self.dst().unit_off(geo, d.unit);
-                let h = Header::new(src_h.ino, dname.len(), src_h.ftype);
-                tx.write_u64(d_off, h.encode());
+                tx.write_u64(d_off, moved.encode());
                 tx.write_u64(s_off, 0);
                 dec(&mut st.get(sp).dir_entries);
                 let v = st.get(d.header.ino);
@@ -246,14 +249,8 @@ impl Rename<'_> {
             }
             Dest::Exchange(d) => {
                 let d_off = self.dst().unit_off(geo, d.unit);
-                tx.write_u64(
-                    d_off,
-                    Header::new(src_h.ino, dname.len(), src_h.ftype).encode(),
-                );
-                tx.write_u64(
-                    s_off,
-                    Header::new(d.header.ino, self.sname.len(), d.header.ftype).encode(),
-                );
+                tx.write_u64(d_off, moved.encode());
+                tx.write_u64(s_off, exchanged(d).encode());
                 st.get(d.header.ino).ctime_ns = now;
                 if sp != dp && d.header.ftype == FileType::Dir {
                     st.get(d.header.ino).parent = sp;
@@ -281,9 +278,17 @@ impl Rename<'_> {
         tx.commit();
         let _ = pm;
         // DRAM indexes follow the committed state.
-        if let (Dest::New, Some(ins)) = (&dest, &ins) {
-            self.dst()
-                .apply_insert(&ins.plan, dh, ins.claim.map(|c| c.pblk));
+        match &dest {
+            Dest::New => {
+                let ins = ins.as_ref().expect("planned");
+                self.dst()
+                    .apply_insert(&ins.plan, dh, &moved, dname, ins.claim.map(|c| c.pblk));
+            }
+            Dest::Replace(d) => self.dst().set_header(d.unit, dh, moved),
+            Dest::Exchange(d) => {
+                self.dst().set_header(d.unit, dh, moved);
+                self.sidx.set_header(src.unit, sh, exchanged(d));
+            }
         }
         if !matches!(dest, Dest::Exchange(_)) {
             self.sidx.apply_remove(src.unit, src_h.units as u32, sh);
