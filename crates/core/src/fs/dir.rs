@@ -35,15 +35,19 @@ pub fn name_hash(seed: u64, name: &[u8]) -> u64 {
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        // Byte by byte into a register: a copy into a stack buffer (a call to memcpy) then
-        // read back as one word stalls on store forwarding, on every lookup.
-        let last = rest
-            .iter()
-            .enumerate()
-            .fold(0u64, |w, (i, &b)| w | (b as u64) << (8 * i));
-        h = fold(h ^ last, K ^ 0x5555);
+        h = fold(h ^ word_le(rest), K ^ 0x5555);
     }
     fold(h, K)
+}
+
+/// Up to 8 bytes of a name as a little-endian word, zero padded. Built byte by byte in a
+/// register: a copy into a stack buffer (a call to memcpy) read back as one word stalls on
+/// store forwarding, on every lookup.
+pub(super) fn word_le(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .enumerate()
+        .fold(0u64, |w, (i, &b)| w | (b as u64) << (8 * i))
 }
 
 /// Where a new entry goes.

@@ -133,11 +133,7 @@ fn key(parent: u32, len: usize) -> u64 {
 
 /// `name`'s words: each 8 bytes of it little-endian, the last zero padded.
 fn name_words(name: &[u8]) -> impl Iterator<Item = u64> + '_ {
-    name.chunks(8).map(|chunk| {
-        let mut b = [0u8; 8];
-        b[..chunk.len()].copy_from_slice(chunk);
-        u64::from_le_bytes(b)
-    })
+    name.chunks(8).map(super::dir::word_le)
 }
 
 /// What was last found for `name` in `parent`. The caller checks its stamp

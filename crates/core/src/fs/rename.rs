@@ -284,14 +284,11 @@ impl Rename<'_> {
                 self.dst()
                     .apply_insert(&ins.plan, dh, &moved, dname, ins.claim.map(|c| c.pblk));
             }
-            Dest::Replace(d) => self.dst().set_header(d.unit, dh, moved),
-            Dest::Exchange(d) => {
-                self.dst().set_header(d.unit, dh, moved);
-                self.sidx.set_header(src.unit, sh, exchanged(d));
-            }
+            Dest::Replace(d) | Dest::Exchange(d) => self.dst().set_header(d.unit, dh, moved),
         }
-        if !matches!(dest, Dest::Exchange(_)) {
-            self.sidx.apply_remove(src.unit, src_h.units as u32, sh);
+        match &dest {
+            Dest::Exchange(d) => self.sidx.set_header(src.unit, sh, exchanged(d)),
+            _ => self.sidx.apply_remove(src.unit, src_h.units as u32, sh),
         }
         if let Some(v) = last_link {
             if v.ftype == FileType::Dir {
