@@ -4,8 +4,7 @@
 //! its bottleneck with many files). A free inode is one whose record has mode 0; the pools
 //! are rebuilt from the inode table at mount.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 use crate::journal::thread_slot;
@@ -14,8 +13,9 @@ use crate::journal::thread_slot;
 pub const GROUP_INODES: u64 = 4096;
 
 pub struct InodeAlloc {
-    groups: Vec<Mutex<Vec<u32>>>,
-    free: AtomicU64,
+    /// Each group on its own cache lines: threads allocating from different groups share
+    /// none.
+    groups: Vec<CachePadded<Mutex<Vec<u32>>>>,
     /// Set once the pools have been filled from the inode table. A shared mount that joins
     /// a running image starts without (`unscanned`) and scans at its first allocation, so a
     /// process that never creates a file never reads the whole table.
@@ -27,10 +27,8 @@ impl InodeAlloc {
     pub fn new(inode_count: u64, free_inodes: impl Iterator<Item = u32>) -> InodeAlloc {
         let ngroups = inode_count.div_ceil(GROUP_INODES) as usize;
         let mut lists: Vec<Vec<u32>> = vec![Vec::new(); ngroups];
-        let mut free = 0;
         for ino in free_inodes {
             lists[(ino as u64 / GROUP_INODES) as usize].push(ino);
-            free += 1;
         }
         // Pop from the end hands out the lowest numbers first.
         for l in &mut lists {
@@ -39,8 +37,10 @@ impl InodeAlloc {
         let scanned = std::sync::OnceLock::new();
         let _ = scanned.set(());
         InodeAlloc {
-            groups: lists.into_iter().map(Mutex::new).collect(),
-            free: AtomicU64::new(free),
+            groups: lists
+                .into_iter()
+                .map(|l| CachePadded::new(Mutex::new(l)))
+                .collect(),
             scanned,
         }
     }
@@ -68,7 +68,6 @@ impl InodeAlloc {
         let first = thread_slot() % n;
         for i in 0..n {
             if let Some(ino) = self.groups[(first + i) % n].lock().pop() {
-                self.free.fetch_sub(1, Ordering::Relaxed);
                 return Some(ino);
             }
         }
@@ -81,9 +80,8 @@ impl InodeAlloc {
     pub fn rebuild(&self, free_inodes: impl Iterator<Item = u32>) {
         let fresh = InodeAlloc::new(self.groups.len() as u64 * GROUP_INODES, free_inodes);
         for (g, f) in self.groups.iter().zip(fresh.groups) {
-            *g.lock() = f.into_inner();
+            *g.lock() = CachePadded::into_inner(f).into_inner();
         }
-        self.free.store(fresh.free.into_inner(), Ordering::Relaxed);
     }
 
     /// Returns an inode number whose record is now free on media.
@@ -91,11 +89,12 @@ impl InodeAlloc {
         self.groups[(ino as u64 / GROUP_INODES) as usize]
             .lock()
             .push(ino);
-        self.free.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The numbers in all pools. Counted group by group (statfs, `info`, a shared mount's
+    /// refill check), so that allocating and freeing write no counter that all threads share.
     pub fn free_count(&self) -> u64 {
-        self.free.load(Ordering::Relaxed)
+        self.groups.iter().map(|g| g.lock().len() as u64).sum()
     }
 }
 

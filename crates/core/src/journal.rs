@@ -11,8 +11,9 @@
 //! whose checksum fails was torn while arming, before anything was changed in place, so it is
 //! simply cleared. Lanes let threads commit in parallel; a thread keeps its lane.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::layout::superblock::Geometry;
@@ -40,6 +41,10 @@ struct Staging {
     redo_bytes: Vec<u8>,
     /// Free-space writes already stored, to persist before arming.
     fresh: Vec<(u64, usize)>,
+    /// The lane's last record number (informational: recovery does not order by it). Per
+    /// lane, under the lane's lock: one counter for all lanes was a cache line that every
+    /// transaction of every thread wrote.
+    seq: u64,
 }
 
 impl Staging {
@@ -53,10 +58,10 @@ impl Staging {
 }
 
 pub struct Journal {
-    lanes: Vec<Mutex<Staging>>,
+    /// Each on its own cache lines: threads on different lanes share none.
+    lanes: Vec<CachePadded<Mutex<Staging>>>,
     lane_offs: Vec<u64>,
     lane_capacity: usize,
-    seq: AtomicU64,
 }
 
 static NEXT_THREAD_LANE: AtomicUsize = AtomicUsize::new(0);
@@ -73,11 +78,10 @@ impl Journal {
     pub fn new(geo: &Geometry) -> Journal {
         Journal {
             lanes: (0..geo.journal_lanes)
-                .map(|_| Mutex::new(Staging::default()))
+                .map(|_| CachePadded::new(Mutex::new(Staging::default())))
                 .collect(),
             lane_offs: (0..geo.journal_lanes).map(|l| geo.lane_off(l)).collect(),
             lane_capacity: geo.lane_blocks as usize * BLOCK_SIZE as usize,
-            seq: AtomicU64::new(1),
         }
     }
 
@@ -91,7 +95,6 @@ impl Journal {
             staging,
             lane_off: self.lane_offs[lane],
             capacity: self.lane_capacity,
-            seq: &self.seq,
             armed: false,
         }
     }
@@ -107,7 +110,6 @@ pub struct Tx<'a> {
     staging: MutexGuard<'a, Staging>,
     lane_off: u64,
     capacity: usize,
-    seq: &'a AtomicU64,
     /// From just before arming until the record is cleared.
     armed: bool,
 }
@@ -169,6 +171,7 @@ impl<'a> Tx<'a> {
     /// Makes the staged writes durable and atomic (see the module comment).
     pub fn commit(mut self) {
         let pm = self.pm;
+        self.staging.seq += 1;
         let s = &*self.staging;
         for &(off, len) in &s.fresh {
             pm.persist(off, len);
@@ -196,7 +199,7 @@ impl<'a> Tx<'a> {
     fn arm(&self, s: &Staging) {
         let pm = self.pm;
         let mut head = [0u8; HEADER_LEN];
-        put_u64(&mut head, O_SEQ, self.seq.fetch_add(1, Ordering::Relaxed));
+        put_u64(&mut head, O_SEQ, s.seq);
         put_u32(&mut head, O_COUNT, s.count);
         put_u32(&mut head, O_PAYLOAD_LEN, s.undo.len() as u32);
         let crc = record_crc(&head, &s.undo);

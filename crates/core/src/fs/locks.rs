@@ -8,6 +8,7 @@
 //! releases its stripes before it takes its index lock exclusively to apply a committed
 //! change (see `DirState`).
 
+use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::ranges::{self, Excluded, RangeGuard, RangeWords};
@@ -174,7 +175,9 @@ impl TryStripes<'_> {
 /// meanwhile (POSIX unlink-while-open). It also records the byte length of every live
 /// `DirectMap` of an inode: while one exists, the blocks under it must not be freed.
 pub struct OpenTable {
-    shards: Vec<Mutex<hashbrown::HashMap<u32, OpenEntry>>>,
+    /// Each shard on its own cache lines: threads opening files in different shards share
+    /// none.
+    shards: Vec<CachePadded<Mutex<hashbrown::HashMap<u32, OpenEntry>>>>,
 }
 
 #[derive(Default)]
@@ -189,7 +192,7 @@ impl Default for OpenTable {
     fn default() -> Self {
         OpenTable {
             shards: (0..OPEN_SHARDS)
-                .map(|_| Mutex::new(hashbrown::HashMap::new()))
+                .map(|_| CachePadded::new(Mutex::new(hashbrown::HashMap::new())))
                 .collect(),
         }
     }

@@ -9,6 +9,8 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crossbeam_utils::CachePadded;
+
 use super::{Claim, FileMap, MappingKind};
 use crate::journal::{Journal, Tx};
 use crate::layout::superblock::Geometry;
@@ -64,9 +66,11 @@ pub struct HashFs {
 
 /// The number of slots in use (keys and claims in flight): this mount's own counter, or a
 /// word in memory shared by every process attached to the image (`nvmfs::shared`), so a
-/// reservation in one process sees the blocks taken by the others.
+/// reservation in one process sees the blocks taken by the others. A mount's own counter
+/// sits on cache lines of its own: every allocation and free writes it, and the table's
+/// bounds, which every block lookup reads, must not share its line.
 pub enum UsedCount {
-    Own(AtomicU64),
+    Own(CachePadded<AtomicU64>),
     Shared(SharedWord),
 }
 
@@ -107,7 +111,7 @@ impl std::ops::Deref for UsedCount {
 impl HashFs {
     /// A table over the geometry's data region; `used` is counted by the mount-time scan.
     pub fn new(geo: &Geometry, used: u64) -> HashFs {
-        Self::with_count(geo, UsedCount::Own(AtomicU64::new(used)))
+        Self::with_count(geo, UsedCount::Own(CachePadded::new(AtomicU64::new(used))))
     }
 
     /// A table whose used-slot count lives in `used` (shared mounts).
