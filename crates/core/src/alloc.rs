@@ -91,10 +91,23 @@ impl InodeAlloc {
             .push(ino);
     }
 
-    /// The numbers in all pools. Counted group by group (statfs, `info`, a shared mount's
-    /// refill check), so that allocating and freeing write no counter that all threads share.
+    /// The numbers in all pools (statfs, `info`). Counted group by group, so that allocating
+    /// and freeing write no counter that all threads share.
     pub fn free_count(&self) -> u64 {
         self.groups.iter().map(|g| g.lock().len() as u64).sum()
+    }
+
+    /// Whether the pools hold fewer than `n` numbers, counting only until they reach `n`
+    /// (a shared mount checks at every change of owner; one group usually settles it).
+    pub fn fewer_than(&self, n: u64) -> bool {
+        let mut seen = 0;
+        for g in &self.groups {
+            seen += g.lock().len() as u64;
+            if seen >= n {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -113,6 +126,21 @@ mod tests {
         assert_eq!(a.free_count(), 0);
         a.free(5000);
         assert_eq!(a.alloc(), Some(5000));
+    }
+
+    #[test]
+    fn counts_span_groups() {
+        // Six numbers in group 0, four in group 1.
+        let a = InodeAlloc::new(3 * GROUP_INODES, 4090..4100u32);
+        assert_eq!(a.free_count(), 10);
+        assert!(!a.fewer_than(10));
+        assert!(a.fewer_than(11));
+        let got = a.alloc().unwrap();
+        assert_eq!(a.free_count(), 9);
+        assert!(a.fewer_than(10));
+        assert!(!a.fewer_than(9));
+        a.free(got);
+        assert_eq!(a.free_count(), 10);
     }
 
     #[test]

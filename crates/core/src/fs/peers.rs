@@ -97,7 +97,7 @@ impl Inner {
     /// inodes this process's pools never hear of. `alloc_inode` checks each number it hands
     /// out against the media, so stale numbers are harmless; missing ones would be ENOSPC.
     pub(crate) fn refill_inodes(&self, below: u64) {
-        if self.inodes.free_count() < below {
+        if self.inodes.fewer_than(below) {
             self.inodes
                 .rebuild(super::mount::free_inodes(&self.pm, &self.geo).into_iter());
         }
