@@ -103,6 +103,11 @@ pub struct Entry {
     pub vpath: Vec<u8>,
     /// Descriptor of this description's lock file (flock, OFD locks), -1 until used.
     pub lock_fd: AtomicI32,
+    /// A second descriptor of this description, internal (at `spares::SPARE_FLOOR` or
+    /// above), when it came from the spares: kept so that the last close need not make one
+    /// again (`spares::retire`). -1 if none. Closed with the entry unless it goes back to
+    /// the spares.
+    pub spare_fd: AtomicI32,
     /// Some descriptor of this description may live on where this process cannot see it
     /// close: it was duplicated, inherited, or present at a fork, a spawn or an exec. Only
     /// a description never so is kept for reuse at its last close (`spares`).
@@ -172,9 +177,14 @@ impl Drop for Entry {
     fn drop(&mut self) {
         let lf = self.lock_fd.load(Ordering::Acquire);
         if lf >= 0 {
+            // Unmarked first: once closed, the number may be another thread's.
+            unmark_internal(lf);
             // SAFETY: our own descriptor.
             unsafe { crate::real::close(lf) };
-            unmark_internal(lf);
+        }
+        let spare = self.spare_fd.load(Ordering::Acquire);
+        if spare >= 0 {
+            crate::spares::release_held(spare);
         }
         if let Some(f) = self.file.take() {
             crate::state::drop_in_op(f);

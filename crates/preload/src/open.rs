@@ -82,7 +82,7 @@ pub fn nv_open(wk: &mut Walker<'_>, w: &Walk, flags: c_int, mode: u32) -> R<Out<
                     name,
                     dir_vpath,
                     trailing_slash,
-                } => match fs.lookup_ino(dir, &name) {
+                } => match fs.lookup_leaf_ino(dir, &name) {
                     Ok((ino, ft)) => {
                         if flags & libc::O_EXCL != 0 {
                             return Err(libc::EEXIST);
@@ -205,14 +205,18 @@ pub fn nv_open(wk: &mut Walker<'_>, w: &Walk, flags: c_int, mode: u32) -> R<Out<
     let st = state::state()?;
     let status = flags & STATUS_FLAGS;
     let cloexec = flags & libc::O_CLOEXEC != 0;
-    let (fd, desc) = crate::spares::open(st, ino, generation, status).en()?;
+    let (fd, desc, spare) = crate::spares::open(st, ino, generation, status).en()?;
     match make_entry(fs, desc, ino, ft, vpath, Origin::Opened { cloexec }) {
         Ok(e) => {
+            crate::spares::hold(&e, spare);
             fdtable::unmark_internal(fd);
             fdtable::insert_new(fd, e);
             Ok(Out::Done(fd))
         }
         Err(err) => {
+            if spare >= 0 {
+                crate::spares::release_held(spare);
+            }
             // SAFETY: the descriptor we just got.
             unsafe { real::close(fd) };
             Err(err)

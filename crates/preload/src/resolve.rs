@@ -355,8 +355,15 @@ impl<'a> Walker<'a> {
 
     /// Takes the next component of `q`. `follow`: a symlink here is followed (its target's
     /// components are queued). Returns the type of the node the walk then stands at, when
-    /// this step learnt it.
-    fn step(&mut self, loc: &mut Loc, q: &mut Queue, follow: bool) -> R<Option<FileType>> {
+    /// this step learnt it. `leaf`: the component is the path's last, most often a file's name
+    /// (`Fs::lookup_leaf_ino`).
+    fn step(
+        &mut self,
+        loc: &mut Loc,
+        q: &mut Queue,
+        follow: bool,
+        leaf: bool,
+    ) -> R<Option<FileType>> {
         let Some(item) = q.pop() else { return Ok(None) };
         let c = q.bytes(item);
         match loc {
@@ -397,7 +404,12 @@ impl<'a> Walker<'a> {
                     return Ok(Some(FileType::Dir));
                 }
                 self.check_search(*ino)?;
-                let (next, ft) = self.fs.lookup_ino(*ino, c).en()?;
+                let (next, ft) = if leaf {
+                    self.fs.lookup_leaf_ino(*ino, c)
+                } else {
+                    self.fs.lookup_ino(*ino, c)
+                }
+                .en()?;
                 if ft == FileType::Symlink && follow {
                     self.links += 1;
                     if self.links > LINK_MAX_FOLLOW {
@@ -431,7 +443,12 @@ impl<'a> Walker<'a> {
         let mut last_ft = None;
         while !q.is_empty() {
             let last = q.items.len() == 1;
-            last_ft = self.step(&mut loc, &mut q, !last || follow || trailing)?;
+            last_ft = self.step(
+                &mut loc,
+                &mut q,
+                !last || follow || trailing,
+                last && !trailing,
+            )?;
         }
         self.finish(loc, trailing, last_ft)
     }
@@ -493,7 +510,7 @@ impl<'a> Walker<'a> {
         let mut q = Queue::new(dir);
         let mut ft = None;
         while !q.is_empty() {
-            ft = self.step(&mut loc, &mut q, true)?;
+            ft = self.step(&mut loc, &mut q, true, false)?;
         }
         if let Loc::Nv { ino, .. } = &loc {
             let is_dir = match ft {

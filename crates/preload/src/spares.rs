@@ -4,20 +4,26 @@
 //! on its slot (`nvmfs::shared`). Making one (an open, a lock call and a seek) and closing
 //! it again costs more than all the rest of a small file's open and close. So the last
 //! close of a description that nothing outside this process's view can hold keeps it as a
-//! spare: its slot is cleared (the inode is no longer held open), and its descriptor moves to
-//! `SPARE_FLOOR` or above (close-on-exec, internal), so the program's number is free as
+//! spare: its slot is cleared (the inode is no longer held open), and a descriptor of it at
+//! `SPARE_FLOOR` or above (close-on-exec, internal) stays, so the program's number is free as
 //! after a close. The next open takes a spare back, duplicating it onto the lowest free
-//! number as an open would get it.
+//! number as an open would get it, and the entry keeps the spare's descriptor
+//! (`Entry::spare_fd`), so that the close that retires the description again only closes the
+//! program's number. A reused description's open and close are so two system calls
+//! (`F_DUPFD_CLOEXEC`, `close`), where moving the descriptor up at the close and back down at
+//! the open took four.
 //!
 //! Nothing may use a spare as the old file: only a description whose entry never
 //! `escaped` (never duplicated, never present at a fork, spawn or exec; its descriptor
 //! close-on-exec in the kernel even when the program opened it without O_CLOEXEC, see
-//! `Entry::keep_on_exec`) and whose entry nobody else holds is kept. A fork's child closes its copies of the
-//! spares; exec closes them (close-on-exec).
+//! `Entry::keep_on_exec`) and whose entry nobody else holds is kept; an entry that escaped
+//! closes its spare's descriptor when it goes. A fork's child closes its copies of the idle
+//! spares; exec closes them all (close-on-exec). At most `MAX_SPARES` spare descriptors exist
+//! at a time, idle or with an entry, so that they take few of the program's numbers.
 
 use std::ffi::c_int;
 use std::io;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use nvmfs::shared::Description;
@@ -29,57 +35,87 @@ use crate::state::State;
 
 /// Spares live at or above this number, far from the numbers programs pick themselves
 /// (`dup2(fd, 10)`, a shell's `exec 10>file`).
-const SPARE_FLOOR: c_int = 512;
+pub const SPARE_FLOOR: c_int = 512;
 /// At most this many spares per process.
 const MAX_SPARES: usize = 16;
 
 static SPARES: Mutex<Vec<(c_int, Description)>> = Mutex::new(Vec::new());
+/// Spare descriptors that open entries hold (`Entry::spare_fd`).
+static HELD: AtomicUsize = AtomicUsize::new(0);
 
 /// Closes `fd`, whose entry `e` is out of the table, by keeping its description as a
 /// spare. False (nothing done) if the description cannot be kept: the caller closes `fd`.
 pub fn retire(st: &State, fd: c_int, e: &Arc<Entry>) -> bool {
-    if e.escaped.load(Ordering::Acquire)
-        || Arc::strong_count(e) != 1
-        || SPARES.lock().len() >= MAX_SPARES
-    {
+    if e.escaped.load(Ordering::Acquire) || Arc::strong_count(e) != 1 {
         return false;
     }
-    // SAFETY: duplicating the descriptor we are closing; the real C library's fcntl.
-    let spare = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, SPARE_FLOOR as usize) };
-    if spare < 0 {
-        return false;
-    }
+    let held = e.spare_fd.swap(-1, Ordering::AcqRel);
+    let spare = if held >= 0 {
+        held
+    } else {
+        // A bound, not an exact count: closes that race past it may add a spare or two.
+        if SPARES.lock().len() + HELD.load(Ordering::Acquire) >= MAX_SPARES {
+            return false;
+        }
+        // SAFETY: duplicating the descriptor we are closing; the real C library's fcntl.
+        let spare = unsafe { real::fcntl(fd, libc::F_DUPFD_CLOEXEC, SPARE_FLOOR as usize) };
+        if spare < 0 {
+            return false;
+        }
+        fdtable::mark_internal_as(spare, st.mount.coordination_id());
+        spare
+    };
     st.mount.vacate_description(&e.desc);
     // SAFETY: the program's descriptor, closed as it asked; the description lives on.
     unsafe { real::close(fd) };
-    fdtable::mark_internal_as(spare, st.mount.coordination_id());
-    SPARES.lock().push((spare, e.desc.clone()));
+    let mut spares = SPARES.lock();
+    if held >= 0 {
+        HELD.fetch_sub(1, Ordering::AcqRel);
+    }
+    spares.push((spare, e.desc.clone()));
     true
 }
 
 /// Opens a description of inode `ino` (whose generation is `generation`; status flags
-/// `status`), from a spare if there is one: the descriptor (close-on-exec, whatever the program asked: see
-/// `Entry::keep_on_exec`) and the description, as `SharedMount::open_description` gives them.
+/// `status`), from a spare if there is one: the descriptor (close-on-exec, whatever the
+/// program asked: see `Entry::keep_on_exec`), the description, as
+/// `SharedMount::open_description` gives them, and the spare's own descriptor (-1 for a new
+/// description), for the entry to hold (`hold`).
 pub fn open(
     st: &State,
     ino: u64,
     generation: u32,
     status: c_int,
-) -> io::Result<(c_int, Description)> {
+) -> io::Result<(c_int, Description, c_int)> {
     let Some((spare, desc)) = SPARES.lock().pop() else {
-        return st.mount.open_description(ino, status, true);
+        let (fd, desc) = st.mount.open_description(ino, status, true)?;
+        return Ok((fd, desc, -1));
     };
-    // SAFETY: our spare descriptor, duplicated onto the lowest free number, then closed.
+    // SAFETY: our spare descriptor, duplicated onto the lowest free number.
     let fd = unsafe { real::fcntl(spare, libc::F_DUPFD_CLOEXEC, 0) };
-    let err = (fd < 0).then(io::Error::last_os_error);
-    fdtable::unmark_internal(spare);
-    // SAFETY: as above.
-    unsafe { real::close(spare) };
-    if let Some(err) = err {
+    if fd < 0 {
+        let err = io::Error::last_os_error();
+        SPARES.lock().push((spare, desc));
         return Err(err);
     }
     st.mount.fill_description(&desc, ino, generation, status);
-    Ok((fd, desc))
+    HELD.fetch_add(1, Ordering::AcqRel);
+    Ok((fd, desc, spare))
+}
+
+/// Gives the spare's descriptor that `open` returned to entry `e` (nothing for -1).
+pub fn hold(e: &Entry, spare: c_int) {
+    if spare >= 0 {
+        e.spare_fd.store(spare, Ordering::Release);
+    }
+}
+
+/// Entry `e`, which holds spare descriptor `fd`, goes without retiring it: closes it.
+pub fn release_held(fd: c_int) {
+    HELD.fetch_sub(1, Ordering::AcqRel);
+    fdtable::unmark_internal(fd);
+    // SAFETY: our spare descriptor, which the entry held.
+    unsafe { real::close(fd) };
 }
 
 /// Closes every spare (in a fork's child, whose copies are not its own, and at exit, so

@@ -430,6 +430,7 @@ pub fn make_entry(
         pos: Mutex::new(()),
         vpath,
         lock_fd: std::sync::atomic::AtomicI32::new(-1),
+        spare_fd: std::sync::atomic::AtomicI32::new(-1),
         escaped: AtomicBool::new(matches!(origin, Origin::Inherited)),
         keep_on_exec: AtomicBool::new(matches!(origin, Origin::Opened { cloexec: false })),
     }))

@@ -422,6 +422,16 @@ impl Fs {
         Ok((t.ino as u64, ft))
     }
 
+    /// `lookup_ino` for the last component of a path that most often names a file (an open,
+    /// a stat): the same answer, without asking the cache of directory answers first
+    /// (`Inner::lookup_leaf_at`).
+    pub fn lookup_leaf_ino(&self, parent: u64, name: &[u8]) -> io::Result<(u64, FileType)> {
+        let (t, ft) = self
+            .inner
+            .lookup_leaf_at(Target::any(to_ino(parent)?), name)?;
+        Ok((t.ino as u64, ft))
+    }
+
     /// Finds `name` in directory `parent` and returns its attributes: those of the inode the
     /// name named, never of a file that reused its number meanwhile.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> io::Result<Metadata> {

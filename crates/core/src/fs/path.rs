@@ -13,6 +13,15 @@ use crate::layout::inode::FileType;
 
 const SYMLINK_FOLLOW_MAX: usize = 40;
 
+/// What a path's last component most likely names. A file's lookup skips the cache of
+/// directory answers, where it would only miss (`Inner::lookup_leaf_at`); a directory's asks
+/// it. Either finds the same answer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Last {
+    Dir,
+    File,
+}
+
 fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
     path.split(|&b| b == b'/')
         .filter(|c| !c.is_empty() && *c != b".")
@@ -27,12 +36,12 @@ fn ids() -> (u32, u32) {
 impl Fs {
     /// Resolves `path` to (inode, type); follows a final symlink when `follow`.
     pub fn resolve(&self, path: impl AsRef<Path>, follow: bool) -> io::Result<(u64, FileType)> {
-        let (t, ft) = retry(|| self.resolve_at(path.as_ref(), follow))?;
+        let (t, ft) = retry(|| self.resolve_at(path.as_ref(), follow, Last::File))?;
         Ok((t.ino as u64, ft))
     }
 
     /// Resolves `path` to the inode it names now, with its generation (`node.rs`).
-    fn resolve_at(&self, path: &Path, follow: bool) -> io::Result<(Target, FileType)> {
+    fn resolve_at(&self, path: &Path, follow: bool, last: Last) -> io::Result<(Target, FileType)> {
         let bytes = path.as_os_str().as_bytes();
         let mut cur = (Target::any(ROOT as u32), FileType::Dir);
         let mut iter = components(bytes).peekable();
@@ -40,7 +49,10 @@ impl Fs {
             if cur.1 != FileType::Dir {
                 return Err(errno(libc::ENOTDIR));
             }
-            let next = self.inner.lookup_at(cur.0, c)?;
+            let next = match iter.peek() {
+                None if last == Last::File => self.inner.lookup_leaf_at(cur.0, c)?,
+                _ => self.inner.lookup_at(cur.0, c)?,
+            };
             if next.1 == FileType::Symlink && (iter.peek().is_some() || follow) {
                 // Rare path: rebuild the remaining components behind the link target.
                 let rest: Vec<&[u8]> = iter.collect();
@@ -107,7 +119,8 @@ impl Fs {
                 libc::EINVAL
             }));
         }
-        let (parent, ft) = self.resolve_at(Path::new(std::ffi::OsStr::from_bytes(dir)), true)?;
+        let dir = Path::new(std::ffi::OsStr::from_bytes(dir));
+        let (parent, ft) = self.resolve_at(dir, true, Last::Dir)?;
         if ft != FileType::Dir {
             return Err(errno(libc::ENOTDIR));
         }
@@ -120,10 +133,11 @@ impl Fs {
         &self,
         path: &Path,
         follow: bool,
+        last: Last,
         f: impl Fn(Target, FileType) -> io::Result<R>,
     ) -> io::Result<R> {
         retry(|| {
-            let (t, ft) = self.resolve_at(path, follow)?;
+            let (t, ft) = self.resolve_at(path, follow, last)?;
             f(t, ft)
         })
     }
@@ -157,7 +171,8 @@ impl Fs {
                 Ok((t, FileType::Dir)) => t,
                 Ok((_, FileType::Symlink)) => {
                     let prefix = &bytes[..c.as_ptr() as usize - bytes.as_ptr() as usize + c.len()];
-                    match self.resolve_at(Path::new(std::ffi::OsStr::from_bytes(prefix)), true)? {
+                    let prefix = Path::new(std::ffi::OsStr::from_bytes(prefix));
+                    match self.resolve_at(prefix, true, Last::Dir)? {
                         (t, FileType::Dir) => t,
                         _ => return Err(errno(libc::ENOTDIR)),
                     }
@@ -199,7 +214,7 @@ impl Fs {
     }
 
     pub fn hard_link(&self, original: impl AsRef<Path>, link: impl AsRef<Path>) -> io::Result<()> {
-        self.on_path(original.as_ref(), false, |t, _| {
+        self.on_path(original.as_ref(), false, Last::File, |t, _| {
             let (dp, dn) = self.resolve_parent_at(link.as_ref())?;
             self.link_at(t, dp, dn).map(|_| ())
         })
@@ -218,7 +233,7 @@ impl Fs {
     }
 
     pub fn read_link(&self, path: impl AsRef<Path>) -> io::Result<std::path::PathBuf> {
-        let target = self.on_path(path.as_ref(), false, |t, _| self.readlink_at(t))?;
+        let target = self.on_path(path.as_ref(), false, Last::File, |t, _| self.readlink_at(t))?;
         Ok(std::path::PathBuf::from(
             std::ffi::OsString::from_vec_compat(target),
         ))
@@ -226,16 +241,18 @@ impl Fs {
 
     /// Attributes, following a final symlink.
     pub fn metadata(&self, path: impl AsRef<Path>) -> io::Result<Metadata> {
-        self.on_path(path.as_ref(), true, |t, _| self.getattr_at(t))
+        self.on_path(path.as_ref(), true, Last::File, |t, _| self.getattr_at(t))
     }
 
     /// Attributes of the path itself (a symlink is not followed).
     pub fn symlink_metadata(&self, path: impl AsRef<Path>) -> io::Result<Metadata> {
-        self.on_path(path.as_ref(), false, |t, _| self.getattr_at(t))
+        self.on_path(path.as_ref(), false, Last::File, |t, _| self.getattr_at(t))
     }
 
     fn setattr_path(&self, path: &Path, attr: &SetAttr) -> io::Result<()> {
-        self.on_path(path, true, |t, _| self.setattr_at(t, attr).map(|_| ()))
+        self.on_path(path, true, Last::File, |t, _| {
+            self.setattr_at(t, attr).map(|_| ())
+        })
     }
 
     /// Sets permission bits (chmod).
@@ -279,7 +296,7 @@ impl Fs {
 
     /// The entries of a directory, without "." and "..".
     pub fn read_dir(&self, path: impl AsRef<Path>) -> io::Result<Vec<DirEntry>> {
-        self.on_path(path.as_ref(), true, |t, ft| {
+        self.on_path(path.as_ref(), true, Last::Dir, |t, ft| {
             if ft != FileType::Dir {
                 return Err(errno(libc::ENOTDIR));
             }
@@ -326,11 +343,11 @@ impl Fs {
     fn open_path_once(&self, path: &Path, o: &OpenOptions) -> io::Result<File> {
         let (parent, name) = self.resolve_parent_at(path)?;
         loop {
-            match self.inner.lookup_at(parent, name) {
+            match self.inner.lookup_leaf_at(parent, name) {
                 Ok(_) if o.create_new => return Err(errno(libc::EEXIST)),
                 Ok((t, ft)) => {
                     let (t, ft) = match ft {
-                        FileType::Symlink => self.resolve_at(path, true)?,
+                        FileType::Symlink => self.resolve_at(path, true, Last::File)?,
                         _ => (t, ft),
                     };
                     self.open_at(t)?;

@@ -439,6 +439,14 @@ static void spawn_reader_then_reopen(const char *self, int fd, int oflags) {
     close(sync[1]);
 }
 
+/* Descriptors numbered `from` or above that this process has open (the preload's spares
+ * live at 512 and up). */
+static int open_from(int from) {
+    int n = 0;
+    for (int fd = from; fd < from + 1024; fd++) n += fcntl(fd, F_GETFD) != -1 || errno != EBADF;
+    return n;
+}
+
 /* A description closed with nothing else holding it is kept for the next open (the
  * preload's spares): that open must start afresh, the old file must be free to go, and a
  * description another process still holds must never be reused. */
@@ -490,6 +498,20 @@ static void reuse(const char *self) {
     int keep = dup(fd);
     CHECK(keep >= 0 && close(fd) == 0);
     spawn_reader_then_reopen(self, keep, O_RDONLY | O_CLOEXEC);
+    /* files held open while others open and close: the spares (idle, or held by open
+     * descriptors for their close) stay few, and each file reads as itself */
+    int many[20];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 20; i++) CHECK((many[i] = open(path(i % 2 ? "one" : "two"), O_RDONLY | O_CLOEXEC)) >= 0);
+        for (int i = 0; i < 20; i++) {
+            int t = open(path("two"), O_RDONLY | O_CLOEXEC);
+            CHECK(t >= 0 && close(t) == 0);
+        }
+        for (int i = 0; i < 20; i++) CHECK(pread(many[i], b, 1, 0) == 1 && b[0] == (i % 2 ? '0' : 'a'));
+        CHECK(open_from(512) <= 18);
+        for (int i = 0; i < 20; i++) CHECK(close(many[i]) == 0);
+    }
+    CHECK(open_from(512) <= 18);
 }
 
 /* A descriptor opened without O_CLOEXEC is close-on-exec in the kernel until something
