@@ -35,8 +35,11 @@ use crate::state::State;
 
 /// Spares live at or above this number, far from the numbers programs pick themselves
 /// (`dup2(fd, 10)`, a shell's `exec 10>file`).
-pub const SPARE_FLOOR: c_int = 512;
-/// At most this many spares per process.
+const SPARE_FLOOR: c_int = 512;
+/// At most this many spare descriptors per process, idle or held. They take numbers from
+/// 512 up; an open that finds no number free closes the idle ones and tries again (`open`).
+/// More did not pay: every live description holds a lock in the coordination file, and each
+/// close and lock call walks that file's list (docs/LAB.md, 128 spares under Filebench).
 const MAX_SPARES: usize = 16;
 
 static SPARES: Mutex<Vec<(c_int, Description)>> = Mutex::new(Vec::new());
@@ -88,11 +91,22 @@ pub fn open(
     status: c_int,
 ) -> io::Result<(c_int, Description, c_int)> {
     let Some((spare, desc)) = SPARES.lock().pop() else {
-        let (fd, desc) = st.mount.open_description(ino, status, true)?;
+        let (fd, desc) = match st.mount.open_description(ino, status, true) {
+            Err(e) if e.raw_os_error() == Some(libc::EMFILE) && close_all() > 0 => {
+                st.mount.open_description(ino, status, true)?
+            }
+            r => r?,
+        };
         return Ok((fd, desc, -1));
     };
     // SAFETY: our spare descriptor, duplicated onto the lowest free number.
-    let fd = unsafe { real::fcntl(spare, libc::F_DUPFD_CLOEXEC, 0) };
+    let mut fd = unsafe { real::fcntl(spare, libc::F_DUPFD_CLOEXEC, 0) };
+    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EMFILE) {
+        // The program is out of numbers: the idle spares give theirs back.
+        close_all();
+        // SAFETY: as above.
+        fd = unsafe { real::fcntl(spare, libc::F_DUPFD_CLOEXEC, 0) };
+    }
     if fd < 0 {
         let err = io::Error::last_os_error();
         SPARES.lock().push((spare, desc));
@@ -118,15 +132,18 @@ pub fn release_held(fd: c_int) {
     unsafe { real::close(fd) };
 }
 
-/// Closes every spare (in a fork's child, whose copies are not its own, and at exit, so
-/// the last process out finds no description left).
-pub fn close_all() {
+/// Closes every idle spare (in a fork's child, whose copies are not its own; at exit, so
+/// the last process out finds no description left; when the program is out of descriptor
+/// numbers). Returns how many.
+pub fn close_all() -> usize {
     let all = std::mem::take(&mut *SPARES.lock());
+    let n = all.len();
     for (fd, _) in all {
         fdtable::unmark_internal(fd);
         // SAFETY: our spare descriptor.
         unsafe { real::close(fd) };
     }
+    n
 }
 
 pub fn fork_lock() {
