@@ -124,7 +124,8 @@ pub fn hold(e: &Entry, spare: c_int) {
     }
 }
 
-/// Entry `e`, which holds spare descriptor `fd`, goes without retiring it: closes it.
+/// Closes spare descriptor `fd`, which an entry held (`Entry::spare_fd`) and now goes
+/// without retiring, or which an open took before it failed.
 pub fn release_held(fd: c_int) {
     HELD.fetch_sub(1, Ordering::AcqRel);
     fdtable::unmark_internal(fd);
