@@ -91,30 +91,36 @@ pub fn open(
     status: c_int,
 ) -> io::Result<(c_int, Description, c_int)> {
     let Some((spare, desc)) = SPARES.lock().pop() else {
-        let (fd, desc) = match st.mount.open_description(ino, status, true) {
-            Err(e) if e.raw_os_error() == Some(libc::EMFILE) && close_all() > 0 => {
-                st.mount.open_description(ino, status, true)?
-            }
-            r => r?,
-        };
+        let (fd, desc) = giving_back(|| st.mount.open_description(ino, status, true))?;
         return Ok((fd, desc, -1));
     };
-    // SAFETY: our spare descriptor, duplicated onto the lowest free number.
-    let mut fd = unsafe { real::fcntl(spare, libc::F_DUPFD_CLOEXEC, 0) };
-    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EMFILE) {
-        // The program is out of numbers: the idle spares give theirs back.
-        close_all();
-        // SAFETY: as above.
-        fd = unsafe { real::fcntl(spare, libc::F_DUPFD_CLOEXEC, 0) };
-    }
-    if fd < 0 {
-        let err = io::Error::last_os_error();
-        SPARES.lock().push((spare, desc));
-        return Err(err);
-    }
+    let fd = match giving_back(|| {
+        // SAFETY: our spare descriptor, duplicated onto the lowest free number.
+        let fd = unsafe { real::fcntl(spare, libc::F_DUPFD_CLOEXEC, 0) };
+        if fd < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(fd)
+        }
+    }) {
+        Ok(fd) => fd,
+        Err(err) => {
+            SPARES.lock().push((spare, desc));
+            return Err(err);
+        }
+    };
     st.mount.fill_description(&desc, ino, generation, status);
     HELD.fetch_add(1, Ordering::AcqRel);
     Ok((fd, desc, spare))
+}
+
+/// Runs `f`, which makes a descriptor, again after closing the idle spares if it found no
+/// descriptor number free (EMFILE): the program, out of numbers, gets theirs back.
+fn giving_back<T>(f: impl Fn() -> io::Result<T>) -> io::Result<T> {
+    match f() {
+        Err(e) if e.raw_os_error() == Some(libc::EMFILE) && close_all() > 0 => f(),
+        r => r,
+    }
 }
 
 /// Gives the spare's descriptor that `open` returned to entry `e` (nothing for -1).
