@@ -103,12 +103,12 @@ cleanup() {
   rm -f "$ext4_img"
   if [ -e "$img" ]; then
     # A program killed under nvmfs run leaves the coordination file of the image (and the
-    # directory of its lock files).
+    # description files and the directory of its lock files).
     local dev ino
     read -r dev ino < <(stat -c '%d %i' "$img")
     local coord
     coord=$(printf '/dev/shm/nvmfs-%x-%x.coord' "$dev" "$ino")
-    rm -rf "$coord" "$coord.locks" "$img"
+    rm -rf "$coord" "$coord".d* "$coord.locks" "$img"
   fi
   mountpoint -q "$huge_dir" && umount "$huge_dir"
   rm -rf "$work"

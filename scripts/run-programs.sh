@@ -157,7 +157,7 @@ cleanup() {
   if [ -e "$img" ]; then
     local coord
     coord=$(coord_file)
-    rm -rf "$img" "$coord" "$coord.locks"
+    rm -rf "$img" "$coord" "$coord".d* "$coord.locks"
   fi
   if [ "${KEEP_LOGS:-0}" = 1 ]; then
     echo "logs kept in $logs"
@@ -222,6 +222,10 @@ check_image() {
   coord=$(coord_file)
   if [ -e "$coord" ]; then
     echo "coordination file $coord still exists after the last process ended: it did not detach"
+    bad=1
+  fi
+  if compgen -G "$coord.d*" >/dev/null; then
+    echo "description files $coord.d* still exist after the last process ended"
     bad=1
   fi
   clean=$("$nvmfs" info --json "$img" | python3 -c 'import json, sys; print(json.load(sys.stdin)["clean"])')

@@ -61,8 +61,27 @@ impl Image {
             .unwrap()
     }
 
-    /// fsck after every process detached: clean, and the image marked clean.
+    /// The coordination file and description files of this image that exist in /dev/shm.
+    fn coordination_files(&self) -> Vec<PathBuf> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&self.path).unwrap();
+        let coord = format!("nvmfs-{:x}-{:x}.coord", m.dev(), m.ino());
+        std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&coord))
+            })
+            .collect()
+    }
+
+    /// fsck after every process detached (which removed the coordination files): clean, and
+    /// the image marked clean.
     fn check_clean(&self) {
+        let left = self.coordination_files();
+        assert!(left.is_empty(), "the last process out left {left:?}");
         let report = nvmfs::fsck::check_image(&self.path).unwrap();
         assert!(report.is_clean(), "fsck found problems: {report:?}");
         let fs = Fs::mount(&self.path, &MountOptions::default()).unwrap();
@@ -357,9 +376,26 @@ fn descriptions_in_use_hold_their_inodes_and_closed_ones_do_not() {
         let p = format!("/f{i}");
         m.op(|fs| fs.write_file(&p, b"x")).unwrap();
         let ino = m.op(|fs| fs.resolve(&p, true)).unwrap().0;
-        let (fd, _) = m.open_description(ino, libc::O_RDONLY, true).unwrap();
+        let (fd, d) = m.open_description(ino, libc::O_RDONLY, true).unwrap();
+        assert!(m.adopt(fd).is_some_and(|a| a.slot() == d.slot()));
         held.push((p, ino, fd));
     }
+    // Spread over every description file, each description in the file of its slot.
+    let mut files: Vec<(u64, u64)> = held
+        .iter()
+        .map(|&(_, _, fd)| {
+            let m = std::fs::metadata(format!("/proc/self/fd/{fd}")).unwrap();
+            use std::os::unix::fs::MetadataExt;
+            (m.dev(), m.ino())
+        })
+        .collect();
+    files.sort_unstable();
+    files.dedup();
+    assert_eq!(files.len(), nvmfs::shared::DESC_FILES);
+    assert_eq!(
+        img.coordination_files().len(),
+        1 + nvmfs::shared::DESC_FILES
+    );
     for (p, ino, _) in &held {
         m.op(|fs| fs.remove_file(p)).unwrap();
         assert_eq!(

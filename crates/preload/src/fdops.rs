@@ -35,7 +35,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         return real::close(fd);
     }
     if fdtable::still_internal(fd) {
-        // The preload's own descriptor (image, coordination or lock file): the program
+        // The preload's own descriptor (image, coordination, description or lock file): the program
         // never opened it; pretend it was closed.
         return 0;
     }

@@ -349,7 +349,7 @@ pub fn take_range(lo: u32, hi: u32) -> Vec<(i32, Arc<Entry>)> {
 }
 
 /// Descriptors the preload (and the core) opened for itself: the image, the coordination
-/// file, lock files. A program's close, dup2 onto, or close_range over them is not passed
+/// file and the description files, lock files. A program's close, dup2 onto, or close_range over them is not passed
 /// on (close reports success), so the shared mount keeps working.
 const INTERNAL_BITS: usize = 65536;
 static INTERNAL: [AtomicU64; INTERNAL_BITS / 64] =

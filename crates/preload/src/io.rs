@@ -199,7 +199,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     if let Some(e) = fdtable::get(fd) {
         if guard::active() {
             // The core's own diagnostics to a stderr that is an nvmfs file: dropped rather
-            // than written into the coordination file behind the descriptor.
+            // than written into the description file behind the descriptor.
             return n as ssize_t;
         }
         let b = slice(buf, n.min(MAX_RW));

@@ -1,7 +1,7 @@
 //! Descriptions kept for reuse.
 //!
-//! Each nvmfs open file description is a descriptor of the coordination file with a lock
-//! on its slot (`nvmfs::shared`). Making one (an open, a lock call and a seek) and closing
+//! Each nvmfs open file description is a descriptor of a description file with a lock on
+//! its slot (`nvmfs::shared`). Making one (an open, a lock call and a seek) and closing
 //! it again costs more than all the rest of a small file's open and close. So the last
 //! close of a description that nothing outside this process's view can hold keeps it as a
 //! spare: its slot is cleared (the inode is no longer held open), and a descriptor of it at
@@ -38,9 +38,9 @@ use crate::state::State;
 const SPARE_FLOOR: c_int = 512;
 /// At most this many spare descriptors per process, idle or held. They take numbers from
 /// 512 up; an open that finds no number free closes the idle ones and tries again (`open`).
-/// More did not pay: every live description holds a lock in the coordination file, and each
+/// More did not pay: every live description holds a lock in a description file, and each
 /// close and lock call walks that file's list (docs/LAB.md, 128 spares under Filebench).
-const MAX_SPARES: usize = 16;
+const MAX_SPARES: usize = 64;
 
 static SPARES: Mutex<Vec<(c_int, Description)>> = Mutex::new(Vec::new());
 /// Spare descriptors that open entries hold (`Entry::spare_fd`).
@@ -65,7 +65,7 @@ pub fn retire(st: &State, fd: c_int, e: &Arc<Entry>) -> bool {
         if spare < 0 {
             return false;
         }
-        fdtable::mark_internal_as(spare, st.mount.coordination_id());
+        fdtable::mark_internal_as(spare, e.desc.file_id());
         spare
     };
     st.mount.vacate_description(&e.desc);

@@ -29,7 +29,8 @@ pub struct Config {
     pub read_only: bool,
     /// Where the real working directory goes while the virtual one is inside nvmfs.
     pub marker_root: Vec<u8>,
-    /// The coordination file of the image (how inherited descriptors are recognised).
+    /// The coordination file of the image (inherited descriptions are descriptors of its
+    /// description files, `nvmfs::shared::is_desc_file`).
     pub coord_path: Vec<u8>,
     /// st_dev reported for every nvmfs file.
     pub dev: u64,
@@ -454,7 +455,7 @@ pub fn init() {
     let inherited: Vec<i32> = fds
         .iter()
         .copied()
-        .filter(|&fd| fd_link(fd).is_some_and(|l| l == cfg.coord_path))
+        .filter(|&fd| fd_link(fd).is_some_and(|l| nvmfs::shared::is_desc_file(&cfg.coord_path, &l)))
         .collect();
     let cwd = crate::cwd::inherited_vpath(cfg);
     if inherited.is_empty() && cwd.is_none() {

@@ -8,12 +8,19 @@
 //! - byte-range locks (open file description locks, far past the mapped bytes), which the
 //!   kernel drops when their description's last descriptor closes, however the process ends:
 //!   `DMS` (every attached process holds it shared; exclusive means "alone"), one per process
-//!   slot (held by the process: alive), one per description slot (in use), and per inode a
-//!   "mapped" byte held shared by every direct map of that inode. Whether an inode is open
-//!   somewhere is read from the description slots in use (`CoordMap::desc_high`), so that
-//!   reusing a description for another file takes no lock call.
+//!   slot (held by the process: alive), and per inode a "mapped" byte held shared by every
+//!   direct map of that inode.
+//!
+//! Beside it, `DESC_FILES` empty description files (`<coordination file>.d<k>`): each open
+//! file description is a descriptor of description file `slot % DESC_FILES` holding a lock on
+//! its slot's byte. They are spread over several files because the kernel keeps one list of
+//! locks per file and walks all of it under one spin lock at every lock call and at every
+//! close of any descriptor of that file: with one file, each close cost as much as there
+//! were descriptions open in all processes (docs/LAB.md). Whether an inode is open somewhere
+//! is read from the description slots in use (`CoordMap::desc_high`), so that reusing a
+//! description for another file takes no lock call.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::RawFd;
@@ -23,7 +30,8 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use super::sys;
 
 // Version 2: inodes open somewhere are found in the description slots, not by lock.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"nvmfsCo2");
+// Version 3: descriptions live in the description files, not in the coordination file.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"nvmfsCo3");
 pub const MAP_LEN: usize = 4 << 20;
 
 // Header words, each on its own cache line where processes contend.
@@ -52,6 +60,10 @@ const DESC_SIZE: usize = 32;
 const _: () = assert!(DESC_OFF + DESCS * DESC_SIZE <= MAP_LEN);
 const _: () = assert!(PROC_OFF + PROCS * 8 <= RING_OFF && DESC_OFF.is_multiple_of(64));
 
+/// Description files beside the coordination file; slot `s` is in file `s % DESC_FILES`.
+pub const DESC_FILES: usize = 16;
+const _: () = assert!(DESCS.is_multiple_of(DESC_FILES));
+
 // Lock bytes.
 pub const DMS_LOCK: u64 = 0;
 pub const PROC_LOCK: u64 = 1 << 20;
@@ -65,7 +77,17 @@ pub const DESC_POS: u64 = 1 << 40;
 pub struct CoordMap {
     base: *mut u8,
     pub path: CString,
-    /// (st_dev, st_ino) of the file: how an inherited descriptor is recognised.
+    /// The description files, `DESC_FILES` of them.
+    descs: Vec<DescFile>,
+}
+
+/// One description file as this process holds it.
+pub struct DescFile {
+    pub path: CString,
+    /// A descriptor holding no lock of its own (close-on-exec, at or above the floor): asks
+    /// whether a slot's lock is held, by any description.
+    pub fd: RawFd,
+    /// (st_dev, st_ino) of the file: how an inherited description is recognised.
     pub id: (u64, u64),
 }
 
@@ -77,6 +99,7 @@ unsafe impl Sync for CoordMap {}
 impl Drop for CoordMap {
     fn drop(&mut self) {
         sys::unmap(self.base, MAP_LEN);
+        close_desc_files(&self.descs);
     }
 }
 
@@ -139,6 +162,103 @@ impl CoordMap {
     pub fn desc_offset(&self, slot: usize) -> &AtomicU64 {
         self.word(DESC_OFF + slot * DESC_SIZE + 16)
     }
+
+    /// The description file that description slot `slot` lives in.
+    pub fn desc_file(&self, slot: usize) -> &DescFile {
+        &self.descs[slot % DESC_FILES]
+    }
+
+    /// This process's descriptors of the description files.
+    pub fn desc_fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+        self.descs.iter().map(|d| d.fd)
+    }
+
+    /// Whether any description lives, in any process (one between exec and attach too).
+    pub fn any_description(&self) -> bool {
+        self.descs
+            .iter()
+            .any(|d| sys::locked_by_other(d.fd, DESC_LOCK, 0))
+    }
+
+    /// Removes the description files and then the coordination file (the last process out,
+    /// holding DMS alone, with no description left). A process killed in between leaves the
+    /// coordination file, which `sweep_stale` then removes with what is left of the others.
+    pub fn remove_files(&self) {
+        for d in &self.descs {
+            sys::unlink(&d.path);
+        }
+        sys::unlink(&self.path);
+    }
+}
+
+/// The path of description file `k` of the coordination file at `coord`.
+fn desc_file_path(coord: &[u8], k: usize) -> CString {
+    let mut p = coord.to_vec();
+    p.extend_from_slice(format!(".d{k}").as_bytes());
+    CString::new(p).expect("a coordination path has no NUL")
+}
+
+/// Whether `path` (a descriptor's target, as /proc/self/fd shows it) names one of the
+/// description files of the coordination file at `coord`: how a process that exec'd finds
+/// the descriptions it inherited before it attaches.
+pub fn is_desc_file(coord: &[u8], path: &[u8]) -> bool {
+    path.strip_prefix(coord)
+        .and_then(|rest| rest.strip_prefix(b".d"))
+        .and_then(|k| std::str::from_utf8(k).ok())
+        .and_then(|k| k.parse::<usize>().ok())
+        .is_some_and(|k| k < DESC_FILES && desc_file_path(coord, k).as_bytes() == path)
+}
+
+/// Opens (creating them if needed, with `mode`) the description files of `coord`.
+fn open_desc_files(coord: &CStr, mode: u32) -> io::Result<Vec<DescFile>> {
+    let mut descs = Vec::with_capacity(DESC_FILES);
+    for k in 0..DESC_FILES {
+        let path = desc_file_path(coord.to_bytes(), k);
+        let opened = sys::open(&path, libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o600)
+            .and_then(|fd| {
+                let fd = sys::above_floor(fd);
+                sys::fchmod(fd, mode & 0o666);
+                let st = sys::fstat(fd);
+                if st.is_err() {
+                    sys::close(fd);
+                }
+                st.map(|st| (fd, (st.st_dev, st.st_ino)))
+            });
+        match opened {
+            Ok((fd, id)) => descs.push(DescFile { path, fd, id }),
+            Err(e) => {
+                close_desc_files(&descs);
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("description file {}: {e}", path.to_string_lossy()),
+                ));
+            }
+        }
+    }
+    Ok(descs)
+}
+
+fn close_desc_files(descs: &[DescFile]) {
+    for d in descs {
+        sys::close(d.fd);
+    }
+}
+
+/// Whether a description lives in any existing description file of `coord` (for a
+/// coordination file this process is not attached to).
+fn descriptions_alive_at(coord: &CStr) -> bool {
+    (0..DESC_FILES).any(|k| {
+        let Ok(fd) = sys::open(
+            &desc_file_path(coord.to_bytes(), k),
+            libc::O_RDWR | libc::O_CLOEXEC,
+            0,
+        ) else {
+            return false;
+        };
+        let alive = sys::locked_by_other(fd, DESC_LOCK, 0);
+        sys::close(fd);
+        alive
+    })
 }
 
 /// Where the coordination file of the image open as `image_fd` lives: in /dev/shm, named
@@ -201,20 +321,40 @@ pub fn open(path: &Path, mode: u32) -> io::Result<Opened> {
             sys::close(fd);
             continue;
         }
-        // Descriptions of processes between an exec and their re-attach keep slots in the
-        // mapping alive: the mapping is reset only when none exists.
-        let fresh = alone && !sys::locked_by_other(fd, DESC_LOCK, 0);
-        if fresh {
-            sys::ftruncate(fd, 0)?;
-        }
-        if (st.st_size as u64) < MAP_LEN as u64 || fresh {
-            sys::ftruncate(fd, MAP_LEN as u64)?;
-        }
-        let base = sys::map_shared(fd, MAP_LEN)?;
+        let descs = match open_desc_files(&cpath, mode) {
+            Ok(d) => d,
+            Err(e) => {
+                sys::close(fd);
+                return Err(e);
+            }
+        };
+        let base = (|| {
+            // Descriptions of processes between an exec and their re-attach keep slots in
+            // the mapping alive: the mapping is reset only when none exists.
+            let fresh = alone
+                && !descs
+                    .iter()
+                    .any(|d| sys::locked_by_other(d.fd, DESC_LOCK, 0));
+            if fresh {
+                sys::ftruncate(fd, 0)?;
+            }
+            if (st.st_size as u64) < MAP_LEN as u64 || fresh {
+                sys::ftruncate(fd, MAP_LEN as u64)?;
+            }
+            sys::map_shared(fd, MAP_LEN)
+        })();
+        let base = match base {
+            Ok(b) => b,
+            Err(e) => {
+                close_desc_files(&descs);
+                sys::close(fd);
+                return Err(e);
+            }
+        };
         let map = CoordMap {
             base,
             path: cpath,
-            id: (st.st_dev, st.st_ino),
+            descs,
         };
         if alone {
             // Nobody attached: any gate holder died; recovery follows.
@@ -259,8 +399,11 @@ pub fn sweep_stale(dir: &Path, keep: &Path) {
             continue;
         };
         if sys::try_lock(fd, libc::F_WRLCK, DMS_LOCK).unwrap_or(false)
-            && !sys::locked_by_other(fd, DESC_LOCK, 0)
+            && !descriptions_alive_at(&cpath)
         {
+            for k in 0..DESC_FILES {
+                sys::unlink(&desc_file_path(cpath.as_bytes(), k));
+            }
             sys::unlink(&cpath);
         }
         sys::close(fd);

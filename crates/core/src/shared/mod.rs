@@ -10,11 +10,12 @@
 //!   the indexes of the directories changed since it last had it. The used-block count lives
 //!   in the coordination file. Inode numbers are checked against the media when allocated
 //!   (`Inner::alloc_inode`), and pools are refilled from the table when they run low.
-//! - **Open file descriptions are kernel objects**: each is a descriptor of the coordination
-//!   file holding a byte-range lock on its slot, so the kernel shares it across fork, dup and
-//!   exec and drops it when its last descriptor closes, even when the process is killed. The
-//!   inode, shared offset and status flags live in its slot; an inode is open somewhere if
-//!   a slot whose lock is held names it.
+//! - **Open file descriptions are kernel objects**: each is a descriptor of one of the
+//!   description files beside the coordination file, holding a byte-range lock on its slot,
+//!   so the kernel shares it across fork, dup and exec and drops it when its last descriptor
+//!   closes, even when the process is killed. The inode, shared offset and status flags live
+//!   in its slot (in the coordination file); an inode is open somewhere if a slot whose lock
+//!   is held names it.
 //!   Unlinking a file some description still holds leaves an orphan that the last closer,
 //!   the next process to detach, or the next recovery frees.
 //! - **A process killed mid-operation** leaves the gate counted and its owner's lock gone:
@@ -39,6 +40,7 @@ use crate::fs::Peers;
 use crate::layout::BLOCK_SIZE;
 use crate::media::Pm;
 use crate::{Fs, MountOptions};
+pub use coord::{is_desc_file, DESC_FILES};
 use coord::{CoordMap, DESCS, DESC_LOCK, DESC_POS, MAP_LOCK, ORPHANS, PROC_LOCK};
 
 /// Options of a shared mount.
@@ -77,7 +79,7 @@ impl Peers for Link {
     }
 
     fn open_anywhere(&self, ino: u32) -> bool {
-        open_in_slots(&self.map, self.fd(), ino) || self.mapped_anywhere(ino)
+        open_in_slots(&self.map, ino) || self.mapped_anywhere(ino)
     }
 
     fn mapped_anywhere(&self, ino: u32) -> bool {
@@ -401,9 +403,11 @@ impl SharedMount {
     ) -> io::Result<(RawFd, Description)> {
         let map = &self.link.map;
         let cloexec = if cloexec { libc::O_CLOEXEC } else { 0 };
-        let fd = sys::open(&map.path, libc::O_RDWR | cloexec, 0)?;
+        let start = map.next_desc().fetch_add(1, Ordering::Relaxed);
+        let file = (start % DESC_FILES as u64) as usize;
+        let fd = sys::open(&map.desc_file(file).path, libc::O_RDWR | cloexec, 0)?;
         let done = (|| {
-            let slot = take_desc_slot(map, fd)?;
+            let slot = take_desc_slot(map, fd, file, start)?;
             // The slot may still name the inode of a description closed unseen: with our
             // lock on it, that inode would look open until the slot is filled.
             map.desc_ino(slot).store(0, Ordering::Release);
@@ -458,24 +462,15 @@ impl SharedMount {
         map.desc_offset(desc.slot).store(0, Ordering::Release);
     }
 
-    /// The coordination file's device and inode numbers: every description's descriptor
-    /// stands for this file.
-    pub fn coordination_id(&self) -> (u64, u64) {
-        self.link.map.id
-    }
-
     /// If `fd` is an open file description of this image (made here, or inherited from the
     /// process that exec'd this one), returns it.
     pub fn adopt(&self, fd: RawFd) -> Option<Description> {
         let map = &self.link.map;
         let st = sys::fstat(fd).ok()?;
-        if (st.st_dev, st.st_ino) != map.id {
-            return None;
-        }
         let slot = sys::lseek(fd, 0, libc::SEEK_CUR)
             .ok()?
             .checked_sub(DESC_POS)? as usize;
-        (slot < DESCS).then(|| Description {
+        (slot < DESCS && map.desc_file(slot).id == (st.st_dev, st.st_ino)).then(|| Description {
             map: map.clone(),
             slot,
         })
@@ -563,24 +558,29 @@ impl SharedMount {
         // every one of them, each still holding its own share).
         sys::unlock(fd, coord::DMS_LOCK);
         if sys::try_lock(fd, libc::F_WRLCK, coord::DMS_LOCK).unwrap_or(false) {
-            if !sys::locked_by_other(fd, DESC_LOCK, 0) {
+            if !self.link.map.any_description() {
                 if !self.fs.inner.read_only {
                     if let Err(e) = self.fs.inner.write_clean() {
                         eprintln!("nvmfs: marking {} clean: {e}", self.path.display());
                     }
                 }
-                sys::unlink(&self.link.map.path);
+                self.link.map.remove_files();
             }
             sys::unlock(fd, coord::DMS_LOCK);
         }
     }
 
-    /// The descriptors this process's attachment holds for itself (the image and its own
-    /// description of the coordination file), all at or above `FD_FLOOR` (10) and
-    /// close-on-exec. They change in a child after `child_after_fork`. A program that closes
-    /// descriptors it did not open must spare them.
-    pub fn internal_fds(&self) -> [RawFd; 2] {
-        [self.image_fd, self.link.fd()]
+    /// The descriptors this process's attachment holds for itself (the image, its own
+    /// description of the coordination file, and one of each description file), all at or
+    /// above `FD_FLOOR` (10) and close-on-exec. The second changes in a child after
+    /// `child_after_fork`. A program that closes descriptors it did not open must spare them.
+    pub fn internal_fds(&self) -> [RawFd; 2 + DESC_FILES] {
+        let mut fds = [self.image_fd; 2 + DESC_FILES];
+        fds[1] = self.link.fd();
+        for (to, fd) in fds[2..].iter_mut().zip(self.link.map.desc_fds()) {
+            *to = fd;
+        }
+        fds
     }
 
     /// The image file's descriptor (read-write unless mounted read-only), for mapping block
@@ -635,26 +635,30 @@ fn alive(link: &Link, id: u32) -> bool {
 
 /// Description slots are first taken among this many.
 const DESC_WINDOW_MIN: u64 = 64;
+const _: () = assert!(DESC_WINDOW_MIN.is_multiple_of(DESC_FILES as u64));
 /// Slots tried at random in the window before it doubles.
 const DESC_TRIES: usize = 8;
 
-/// Takes a free description slot for `fd` (its lock is the claim; the kernel drops it with
-/// the description). Slots are taken below `desc_high`, which doubles when a few tries in a
-/// row find its slots taken, so that it stays within about twice the descriptions open at
-/// once: `open_in_slots` reads every slot below it.
-fn take_desc_slot(map: &CoordMap, fd: RawFd) -> io::Result<usize> {
+/// Takes a free description slot for `fd`, a new descriptor of description file `file`,
+/// among that file's slots (`slot % DESC_FILES == file`), trying them from `start` on. Its
+/// lock is the claim; the kernel drops it with the description. Slots are taken below
+/// `desc_high`, which doubles when a few tries in a row find its slots taken, so that it
+/// stays within about twice the descriptions open at once: `open_in_slots` reads every slot
+/// below it.
+fn take_desc_slot(map: &CoordMap, fd: RawFd, file: usize, mut start: u64) -> io::Result<usize> {
     let bound = map.desc_high();
     bound.fetch_max(DESC_WINDOW_MIN, Ordering::AcqRel);
     loop {
         let high = bound.load(Ordering::Acquire).min(DESCS as u64);
+        let rows = high / DESC_FILES as u64;
         let tries = if high == DESCS as u64 {
-            DESCS
+            rows
         } else {
-            DESC_TRIES
+            DESC_TRIES as u64
         };
-        let start = map.next_desc().fetch_add(1, Ordering::Relaxed);
-        for i in 0..tries as u64 {
-            let slot = (start.wrapping_mul(0x9e37_79b9).wrapping_add(i) % high) as usize;
+        for i in 0..tries {
+            let row = start.wrapping_mul(0x9e37_79b9).wrapping_add(i) % rows;
+            let slot = row as usize * DESC_FILES + file;
             if sys::try_lock(fd, libc::F_WRLCK, DESC_LOCK + slot as u64)? {
                 return Ok(slot);
             }
@@ -663,17 +667,18 @@ fn take_desc_slot(map: &CoordMap, fd: RawFd) -> io::Result<usize> {
             return Err(io::Error::from_raw_os_error(libc::ENFILE));
         }
         let _ = bound.compare_exchange(high, high * 2, Ordering::AcqRel, Ordering::Acquire);
+        start = map.next_desc().fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Whether a description in use, in any process, stands for `ino`: a slot below
 /// `desc_high` that names it and whose lock is held. A slot whose description was closed
 /// where no process saw it still names its last inode; only its lock tells.
-fn open_in_slots(map: &CoordMap, fd: RawFd, ino: u32) -> bool {
+fn open_in_slots(map: &CoordMap, ino: u32) -> bool {
     let high = map.desc_high().load(Ordering::Acquire).min(DESCS as u64) as usize;
     (0..high).any(|slot| {
         map.desc_ino(slot).load(Ordering::Acquire) as u32 == ino
-            && sys::locked_by_other(fd, DESC_LOCK + slot as u64, 1)
+            && sys::locked_by_other(map.desc_file(slot).fd, DESC_LOCK + slot as u64, 1)
     })
 }
 
@@ -705,6 +710,11 @@ impl Description {
 
     pub fn slot(&self) -> usize {
         self.slot
+    }
+
+    /// (st_dev, st_ino) of the description file its descriptors stand for.
+    pub fn file_id(&self) -> (u64, u64) {
+        self.map.desc_file(self.slot).id
     }
 }
 

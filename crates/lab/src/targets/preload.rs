@@ -157,12 +157,18 @@ fn coord_path(image: &Path) -> io::Result<PathBuf> {
     )))
 }
 
-/// Removes the coordination file and the directory of its lock files (`<file>.locks`, the
-/// preload's), if the child left them, when dropped (after the child).
+/// Removes the coordination file, its description files (`<file>.d<k>`) and the directory
+/// of its lock files (`<file>.locks`, the preload's), if the child left them, when dropped
+/// (after the child).
 struct CoordLeftover(PathBuf);
 
 impl Drop for CoordLeftover {
     fn drop(&mut self) {
+        for k in 0..nvmfs::shared::DESC_FILES {
+            let mut desc = self.0.clone().into_os_string();
+            desc.push(format!(".d{k}"));
+            let _ = std::fs::remove_file(desc);
+        }
         let _ = std::fs::remove_file(&self.0);
         let mut locks = self.0.clone().into_os_string();
         locks.push(".locks");
