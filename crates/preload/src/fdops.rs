@@ -35,8 +35,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         return real::close(fd);
     }
     if fdtable::still_internal(fd) {
-        // The preload's own descriptor (image, coordination, description or lock file): the program
-        // never opened it; pretend it was closed.
+        // The preload's own descriptor (image, coordination, description or lock file): the
+        // program never opened it; pretend it was closed.
         return 0;
     }
     if fdtable::any() {

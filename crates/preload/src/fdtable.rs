@@ -349,8 +349,8 @@ pub fn take_range(lo: u32, hi: u32) -> Vec<(i32, Arc<Entry>)> {
 }
 
 /// Descriptors the preload (and the core) opened for itself: the image, the coordination
-/// file and the description files, lock files. A program's close, dup2 onto, or close_range over them is not passed
-/// on (close reports success), so the shared mount keeps working.
+/// file, the description files, lock files. A program's close, dup2 onto, or close_range
+/// over them is not passed on (close reports success), so the shared mount keeps working.
 const INTERNAL_BITS: usize = 65536;
 static INTERNAL: [AtomicU64; INTERNAL_BITS / 64] =
     [const { AtomicU64::new(0) }; INTERNAL_BITS / 64];

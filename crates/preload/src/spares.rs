@@ -38,8 +38,8 @@ use crate::state::State;
 const SPARE_FLOOR: c_int = 512;
 /// At most this many spare descriptors per process, idle or held. They take numbers from
 /// 512 up; an open that finds no number free closes the idle ones and tries again (`open`).
-/// More did not pay: every live description holds a lock in a description file, and each
-/// close and lock call walks that file's list (docs/LAB.md, 128 spares under Filebench).
+/// 128 did not beat 64 under Filebench (docs/LAB.md); every live description, idle or not,
+/// holds a lock that each close and lock call of its description file walks past.
 const MAX_SPARES: usize = 64;
 
 static SPARES: Mutex<Vec<(c_int, Description)>> = Mutex::new(Vec::new());

@@ -175,20 +175,30 @@ impl CoordMap {
 
     /// Whether any description lives, in any process (one between exec and attach too).
     pub fn any_description(&self) -> bool {
-        self.descs
-            .iter()
-            .any(|d| sys::locked_by_other(d.fd, DESC_LOCK, 0))
+        any_held(&self.descs)
     }
 
-    /// Removes the description files and then the coordination file (the last process out,
-    /// holding DMS alone, with no description left). A process killed in between leaves the
-    /// coordination file, which `sweep_stale` then removes with what is left of the others.
+    /// Removes the coordination file and its description files (the last process out,
+    /// holding DMS alone, with no description left).
     pub fn remove_files(&self) {
-        for d in &self.descs {
-            sys::unlink(&d.path);
-        }
-        sys::unlink(&self.path);
+        remove_files(&self.path);
     }
+}
+
+fn any_held(descs: &[DescFile]) -> bool {
+    descs
+        .iter()
+        .any(|d| sys::locked_by_other(d.fd, DESC_LOCK, 0))
+}
+
+/// Removes the description files of the coordination file at `coord`, then that file: a
+/// process killed in between leaves the coordination file, which `sweep_stale` then removes
+/// with what is left of the others.
+pub fn remove_files(coord: &CStr) {
+    for k in 0..DESC_FILES {
+        sys::unlink(&desc_file_path(coord.to_bytes(), k));
+    }
+    sys::unlink(coord);
 }
 
 /// The path of description file `k` of the coordination file at `coord`.
@@ -331,10 +341,7 @@ pub fn open(path: &Path, mode: u32) -> io::Result<Opened> {
         let base = (|| {
             // Descriptions of processes between an exec and their re-attach keep slots in
             // the mapping alive: the mapping is reset only when none exists.
-            let fresh = alone
-                && !descs
-                    .iter()
-                    .any(|d| sys::locked_by_other(d.fd, DESC_LOCK, 0));
+            let fresh = alone && !any_held(&descs);
             if fresh {
                 sys::ftruncate(fd, 0)?;
             }
@@ -401,10 +408,7 @@ pub fn sweep_stale(dir: &Path, keep: &Path) {
         if sys::try_lock(fd, libc::F_WRLCK, DMS_LOCK).unwrap_or(false)
             && !descriptions_alive_at(&cpath)
         {
-            for k in 0..DESC_FILES {
-                sys::unlink(&desc_file_path(cpath.as_bytes(), k));
-            }
-            sys::unlink(&cpath);
+            remove_files(&cpath);
         }
         sys::close(fd);
     }

@@ -41,6 +41,16 @@ use crate::layout::BLOCK_SIZE;
 use crate::media::Pm;
 use crate::{Fs, MountOptions};
 pub use coord::{is_desc_file, DESC_FILES};
+
+/// Removes the coordination file at `coord` and its description files, which a process killed
+/// while attached leaves in /dev/shm (for a harness that killed it; the next first process to
+/// attach to any image also removes those nobody uses).
+pub fn remove_coordination_files(coord: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    if let Ok(c) = std::ffi::CString::new(coord.as_os_str().as_bytes()) {
+        coord::remove_files(&c);
+    }
+}
 use coord::{CoordMap, DESCS, DESC_LOCK, DESC_POS, MAP_LOCK, ORPHANS, PROC_LOCK};
 
 /// Options of a shared mount.

@@ -164,12 +164,7 @@ struct CoordLeftover(PathBuf);
 
 impl Drop for CoordLeftover {
     fn drop(&mut self) {
-        for k in 0..nvmfs::shared::DESC_FILES {
-            let mut desc = self.0.clone().into_os_string();
-            desc.push(format!(".d{k}"));
-            let _ = std::fs::remove_file(desc);
-        }
-        let _ = std::fs::remove_file(&self.0);
+        nvmfs::shared::remove_coordination_files(&self.0);
         let mut locks = self.0.clone().into_os_string();
         locks.push(".locks");
         let _ = std::fs::remove_dir_all(locks);
