@@ -40,7 +40,9 @@ pub enum Entry {
 }
 
 /// Waits until the image is this process's (`me`), then counts one more operation in flight.
-/// `alive(owner)` tells whether another process is still running.
+/// `alive(owner)` tells whether another process is still running. The count is added by a
+/// sequentially consistent read-modify-write, which `SharedMount::enter` relies on against a
+/// fork beginning.
 pub fn enter(gate: &AtomicU64, wake: &AtomicU32, me: u32, alive: impl Fn(u32) -> bool) -> Entry {
     let mine = (me as u64) << 32;
     let mut spins = 0u32;
@@ -52,7 +54,7 @@ pub fn enter(gate: &AtomicU64, wake: &AtomicU32, me: u32, alive: impl Fn(u32) ->
         // then let the count drain so it gets its turn.
         if o == me && !refreshing && (g & WAITERS == 0 || count(g) == 0) {
             if gate
-                .compare_exchange_weak(g, g + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange_weak(g, g + 1, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
             {
                 return Entry::Joined;
@@ -64,7 +66,7 @@ pub fn enter(gate: &AtomicU64, wake: &AtomicU32, me: u32, alive: impl Fn(u32) ->
             let flag = if o == 0 { 0 } else { REFRESH };
             let new = mine | 1 | flag | (g & WAITERS);
             if gate
-                .compare_exchange_weak(g, new, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange_weak(g, new, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
             {
                 return took;
@@ -95,7 +97,7 @@ pub fn enter(gate: &AtomicU64, wake: &AtomicU32, me: u32, alive: impl Fn(u32) ->
             // The owner died with operations in flight: they will never leave.
             let new = mine | 1 | REFRESH | (g & WAITERS);
             if gate
-                .compare_exchange(g, new, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(g, new, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
             {
                 return Entry::TookFromDead;

@@ -309,9 +309,10 @@ impl SharedMount {
                 std::thread::yield_now();
             }
             self.take_gate();
-            // Seen by prepare_fork, or we see its flag (both sequentially consistent): a
-            // fork never copies this process with an operation half done.
-            std::sync::atomic::fence(Ordering::SeqCst);
+            // Our count in the gate (a sequentially consistent read-modify-write in
+            // `gate::enter`) is seen by prepare_fork, or we see its flag: a fork never copies
+            // this process with an operation half done. No fence needed: on x86 that
+            // read-modify-write is already a full barrier, where a fence was one more.
             if !self.forking.load(Ordering::SeqCst) {
                 break;
             }
@@ -365,9 +366,12 @@ impl SharedMount {
         }
         let map = &self.link.map;
         // Every change logged so far is this process's own (it has the image): its indexes
-        // already reflect them.
-        self.seen
-            .store(map.seq().load(Ordering::Acquire), Ordering::Release);
+        // already reflect them. Stored only when it moved: every thread's operations end
+        // here, and a store each time would bounce the word's line between them.
+        let seq = map.seq().load(Ordering::Acquire);
+        if self.seen.load(Ordering::Relaxed) != seq {
+            self.seen.store(seq, Ordering::Release);
+        }
         gate::leave(map.gate(), map.wake());
     }
 
