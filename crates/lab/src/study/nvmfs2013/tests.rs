@@ -310,19 +310,43 @@ fn budget_enters_a_limited_cgroup_and_leaves_it() {
     assert!(!after.contains("/nvmfs-lab-"), "{after}");
     // The process's own memory does not count against the budget: 320 MiB of it inside a
     // 256 MiB budget (touched 8 MiB at a time, slower than the watcher follows). Without the
-    // watcher the cgroup would OOM-kill this test process.
+    // watcher the cgroup would OOM-kill this test process. Fresh anonymous mappings, not the
+    // heap: the allocator could hand back pages faulted (and charged to the old cgroup)
+    // before this process entered, by this test or by another running beside it.
+    const CHUNK: usize = 8 << 20;
     let b = experiments::budget::Budget::enter(256 << 20).unwrap();
     let mut chunks = Vec::new();
     for _ in 0..40 {
-        chunks.push(vec![0x5Au8; 8 << 20]);
+        // SAFETY: a new private anonymous mapping, filled below and unmapped at the end.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                CHUNK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: the whole mapping is ours and writable.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0x5A, CHUNK) };
+        chunks.push(p);
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert_eq!(
-        chunks.iter().map(|c| c[4096] as usize).sum::<usize>(),
-        40 * 0x5A
-    );
+    // SAFETY: reading inside each mapping.
+    let sum: usize = chunks
+        .iter()
+        .map(|&p| unsafe { *(p as *const u8).add(4096) } as usize)
+        .sum();
+    assert_eq!(sum, 40 * 0x5A);
+    // The watcher samples every millisecond; let it see the last chunk even on a busy host.
+    std::thread::sleep(std::time::Duration::from_millis(100));
     let note = b.leave();
-    drop(chunks);
+    for p in chunks {
+        // SAFETY: unmapping what was mapped above, no longer used.
+        unsafe { libc::munmap(p, CHUNK) };
+    }
     let anon_peak: f64 = note
         .split("anonymous memory (peak ")
         .nth(1)
